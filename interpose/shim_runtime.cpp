@@ -1,0 +1,72 @@
+// One-time initialisation of the shim and the exit-time hook-stats dump.
+#include "shim_runtime.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "core/hook_stats.h"
+#include "core/shim_log.h"
+#include "driver_loader.h"
+
+namespace fracgpu::shim {
+
+std::array<void*, kHookCount> g_real_functions{};
+std::atomic<bool> g_initialized{false};
+bool g_hooks_active = true;
+
+namespace {
+
+std::once_flag g_init_once;
+std::atomic<ShimState*> g_state{nullptr};
+
+void resolve_hooked_functions(void* driver) noexcept {
+  if (driver == nullptr) return;
+  for (std::size_t i = 0; i < kHookCount; ++i) {
+    std::string name(kHookCatalog[i].symbol);
+    g_real_functions[i] = dlsym(driver, name.c_str());
+  }
+}
+
+void initialize_once() noexcept {
+  auto* s = new ShimState();
+  s->config = shim_config_from_environment();
+  set_log_level(s->config.log_level);
+  for (const std::string& problem : s->config.problems) {
+    FRACGPU_LOG(LogLevel::kWarn, "%s", problem.c_str());
+  }
+  LoadedDriver driver = load_real_driver(s->config);
+  s->driver_handle = driver.handle;
+  s->driver_path = driver.path;
+  resolve_hooked_functions(driver.handle);
+  s->proc_address.build(g_real_functions, wrapper_addresses());
+  g_hooks_active = !s->config.disabled;
+  if (s->config.disabled) FRACGPU_LOG(LogLevel::kInfo, "FRACGPU_DISABLE is set: pass-through only");
+  HookStats::enable(!s->config.hook_stats_path.empty());
+  g_state.store(s, std::memory_order_release);
+}
+
+}  // namespace
+
+void initialize_slow() noexcept {
+  std::call_once(g_init_once, initialize_once);
+  g_initialized.store(true, std::memory_order_release);
+}
+
+ShimState* state() noexcept { return g_state.load(std::memory_order_acquire); }
+
+}  // namespace fracgpu::shim
+
+// Writes the hook counters when the process exits normally (FRACGPU_HOOK_STATS only).
+__attribute__((destructor)) static void fracgpu_write_hook_stats() {
+  using namespace fracgpu;
+  shim::ShimState* s = shim::state();
+  if (s == nullptr || s->config.hook_stats_path.empty()) return;
+  const std::string path = expand_pid_pattern(s->config.hook_stats_path, static_cast<int>(getpid()));
+  const std::string json = HookStats::to_json(static_cast<int>(getpid()), s->driver_path,
+                                              s->proc_address.stats());
+  if (!HookStats::write_file(path, json)) {
+    FRACGPU_LOG(LogLevel::kWarn, "cannot write hook stats to %s", path.c_str());
+  }
+}
