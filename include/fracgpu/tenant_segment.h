@@ -1,0 +1,125 @@
+// The shared-memory contract between the broker and a tenant's processes (layout v1).
+//
+// Each tenant has two files in its run directory, mapped with Boost.Interprocess:
+//   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
+//            so no process can raise its own cap or grant.
+//   ledger — TenantLedger: the tenant's usage counters, mapped read-write by the broker
+//            and by every process of the tenant; the allocation fast path is a
+//            compare-and-swap here, with no syscall and no socket round trip.
+// A tenant maps only its own files, never another tenant's.
+//
+// Rules that make the counters exact (see docs/design/memory-ledger.md):
+//  * reserve n on device d: ProcessSlot.used[d] += n first, then CAS
+//    DeviceUsage.used from u to u+n only while u+n <= DeviceQuota.memory_grant;
+//    on failure undo the slot add. Release: DeviceUsage.used -= n, then slot -= n.
+//    So a slot never under-states what its process holds in DeviceUsage.used.
+//  * when a process dies the broker marks its slot dead and recomputes
+//    DeviceUsage.used = sum of live slots with a CAS (retried until it sticks); the
+//    order above makes that recomputation err only on the safe (over-counting) side.
+//  * the broker raises memory_grant (burst, up to memory_limit) on request and lowers
+//    it only down to max(memory_request, used).
+// Every field shared across processes is a lock-free, address-free std::atomic.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace fracgpu {
+
+inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" (LE, truncated)
+inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
+inline constexpr uint16_t kSegmentMajor = 1;  // incompatible layout change
+inline constexpr uint16_t kSegmentMinor = 0;  // compatible addition (uses reserved space)
+inline constexpr std::size_t kMaxDevices = 16;
+inline constexpr std::size_t kMaxProcesses = 512;
+inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
+inline constexpr std::size_t kTenantNameSize = 64;  // [a-z0-9][a-z0-9._-]{0,62}
+
+enum class PriorityClass : uint32_t { kLow = 0, kNormal = 1, kHigh = 2 };
+
+enum class SlotState : uint32_t { kFree = 0, kLive = 1, kDead = 2 };
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<int32_t>::is_always_lock_free);
+
+// Per-GPU quota of one tenant. Broker-written; read-only for tenants.
+struct alignas(64) DeviceQuota {
+  char uuid[kUuidSize];                  // the GPU's UUID as the driver reports it
+  uint32_t present;                      // 1: the tenant may use this GPU
+  uint32_t host_index;                   // the GPU's index on the node
+  std::atomic<uint64_t> memory_limit;    // hard cap, bytes
+  std::atomic<uint64_t> memory_request;  // guaranteed bytes (always obtainable)
+  std::atomic<uint64_t> memory_grant;    // usable without asking: request <= grant <= limit
+  std::atomic<uint64_t> context_footprint;  // bytes charged per CUDA context
+  std::atomic<uint32_t> compute_weight;     // relative share under contention (1..10000)
+  std::atomic<uint32_t> compute_ceiling_pct;  // 0 = no ceiling, else 1..100
+  std::atomic<uint32_t> priority;             // PriorityClass
+  uint32_t reserved32;
+  uint64_t reserved[8];  // room for compatible additions (minor version)
+};
+
+struct TenantQuota {
+  uint64_t magic;  // kQuotaMagic
+  uint16_t major;
+  uint16_t minor;
+  uint32_t size;  // sizeof(TenantQuota)
+  char tenant[kTenantNameSize];
+  std::atomic<uint64_t> generation;  // bumped by the broker after every change
+  uint32_t device_count;             // entries of devices[] in use
+  uint32_t reserved32;
+  uint64_t reserved[6];
+  DeviceQuota devices[kMaxDevices];
+};
+
+// Usage of one GPU by the whole tenant. Shared read-write.
+struct alignas(64) DeviceUsage {
+  std::atomic<uint64_t> used;            // bytes reserved by all live processes
+  std::atomic<uint64_t> peak;            // high-water mark of used
+  std::atomic<uint64_t> oom_events;      // allocations refused at the cap
+  std::atomic<uint64_t> burst_requests;  // slow-path requests sent to the broker
+  uint64_t reserved[4];
+};
+
+// One registered process. pid/start_time/state are written by the broker (pid from
+// SO_PEERCRED); used[] by the process itself.
+struct alignas(64) ProcessSlot {
+  std::atomic<uint32_t> state;  // SlotState
+  std::atomic<int32_t> pid;     // host pid
+  std::atomic<uint64_t> start_time;  // field 22 of /proc/<pid>/stat: defeats pid reuse
+  std::atomic<uint64_t> used[kMaxDevices];
+};
+
+struct TenantLedger {
+  uint64_t magic;  // kLedgerMagic
+  uint16_t major;
+  uint16_t minor;
+  uint32_t size;  // sizeof(TenantLedger)
+  uint64_t reserved[5];
+  DeviceUsage devices[kMaxDevices];
+  ProcessSlot processes[kMaxProcesses];
+};
+
+static_assert(sizeof(DeviceQuota) == 192);
+static_assert(offsetof(DeviceQuota, memory_limit) == 56);
+static_assert(offsetof(TenantQuota, generation) == 80);
+static_assert(offsetof(TenantQuota, devices) == 192);
+static_assert(sizeof(TenantQuota) == 192 + kMaxDevices * 192);
+static_assert(sizeof(DeviceUsage) == 64);
+static_assert(sizeof(ProcessSlot) == 192);
+static_assert(offsetof(TenantLedger, devices) == 64);
+static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
+static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
+
+// A mapping is usable when magic and major match and it is at least as large as we expect.
+inline bool quota_layout_ok(const TenantQuota& q, std::size_t mapped) {
+  return mapped >= sizeof(TenantQuota) && q.magic == kQuotaMagic && q.major == kSegmentMajor &&
+         q.size >= sizeof(TenantQuota) && q.device_count <= kMaxDevices;
+}
+inline bool ledger_layout_ok(const TenantLedger& l, std::size_t mapped) {
+  return mapped >= sizeof(TenantLedger) && l.magic == kLedgerMagic && l.major == kSegmentMajor &&
+         l.size >= sizeof(TenantLedger);
+}
+
+}  // namespace fracgpu
