@@ -1,0 +1,191 @@
+// Implementation of the integration tests' process helpers (see child_process.h).
+#include "child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace fracgpu::testing {
+namespace {
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+std::vector<std::string> env_strings(const Environment& env) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+// In the child: exec argv with env; never returns.
+[[noreturn]] void exec_child(const std::vector<std::string>& argv, const Environment& env) {
+  std::vector<std::string> args = argv, envs = env_strings(env);
+  auto arg_ptrs = c_strings(args);
+  auto env_ptrs = c_strings(envs);
+  setpgid(0, 0);
+  execvpe(arg_ptrs[0], arg_ptrs.data(), env_ptrs.data());
+  dprintf(2, "exec %s failed: %s\n", arg_ptrs[0], strerror(errno));
+  _exit(127);
+}
+
+void drain(int fd, std::string* into) {
+  char buffer[8192];
+  ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n > 0) into->append(buffer, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+Environment clean_environment() {
+  Environment env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    auto eq = entry.find('=');
+    std::string key = entry.substr(0, eq);
+    if (key.rfind("FRACGPU_", 0) == 0 || key.rfind("FAKECUDA_", 0) == 0 || key == "LD_PRELOAD" ||
+        key == "LD_LIBRARY_PATH") {
+      continue;
+    }
+    env[key] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env,
+                          std::chrono::milliseconds limit) {
+  ProcessResult result;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    exec_child(argv, env);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      result.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP))) {
+        std::string* into = i == 0 ? &result.out : &result.err;
+        size_t before = into->size();
+        drain(fds[i].fd, into);
+        if (into->size() == before) {
+          close(fds[i].fd);
+          fds[i].fd = -1;
+          --open_fds;
+        }
+      }
+    }
+  }
+  for (auto& fd : fds) {
+    if (fd.fd >= 0) close(fd.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const Environment& env,
+                                     const std::string& log_prefix)
+    : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
+  pid_ = fork();
+  if (pid_ == 0) {
+    int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    exec_child(argv, env);
+  }
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (pid_ > 0 && !reaped_) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
+}
+
+bool BackgroundProcess::running() {
+  if (reaped_) return false;
+  pid_t r = waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+void BackgroundProcess::kill_now(int signal) {
+  if (!reaped_) kill(pid_, signal);
+}
+
+int BackgroundProcess::wait(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill_now(SIGKILL);
+      waitpid(pid_, &status_, 0);
+      reaped_ = true;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return status_;
+}
+
+std::string BackgroundProcess::out() const { return read_text(out_path_); }
+std::string BackgroundProcess::err() const { return read_text(err_path_); }
+
+TempDir::TempDir(const std::string& tag) {
+  const char* base = getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/fracgpu-" + tag + "-XXXXXX";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (mkdtemp(buffer.data()) != nullptr) path_ = buffer.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string unique_name(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  return "fracgpu-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+}  // namespace fracgpu::testing
