@@ -1,7 +1,8 @@
 // What each wrapper does between "ask the core" and "call the driver". The primary
 // template forwards unchanged; a hook that carries policy gets an explicit
-// specialisation declared here and defined in the file for its concern
-// (proc_address_hooks.cpp, …). Declaring them all here guarantees that
+// specialisation declared here (one line, its signature taken from the PFN_ typedef)
+// and defined in the file for its concern: proc_address_hooks.cpp, memory_hooks.cpp,
+// context_hooks.cpp, pool_hooks.cpp. Declaring them all here guarantees that
 // hook_wrappers.cpp instantiates every wrapper with its real body.
 #pragma once
 
@@ -20,17 +21,67 @@ struct HookBody {
   }
 };
 
-// cuGetProcAddress: hand out our wrapper for every hooked ABI (proc_address_hooks.cpp).
-template <>
-struct HookBody<HookId::cuGetProcAddress> {
-  static CUresult call(PFN_cuGetProcAddress_v11030 real, const char* symbol, void** pfn,
-                       int cuda_version, cuuint64_t flags) noexcept;
+// The signature of a body: the real function first, then the hook's own parameters.
+template <typename Fn>
+struct BodySignature;
+template <typename... Args>
+struct BodySignature<CUresult(CUDAAPI*)(Args...)> {
+  using Type = CUresult(CUresult(CUDAAPI*)(Args...), Args...) noexcept;
 };
-template <>
-struct HookBody<HookId::cuGetProcAddress_v2> {
-  static CUresult call(PFN_cuGetProcAddress_v12000 real, const char* symbol, void** pfn,
-                       int cuda_version, cuuint64_t flags,
-                       CUdriverProcAddressQueryResult* status) noexcept;
-};
+
+#define FRACGPU_DECLARE_BODY(id, pfn) \
+  template <>                         \
+  struct HookBody<HookId::id> {       \
+    static BodySignature<pfn>::Type call; \
+  };
+
+// proc_address_hooks.cpp
+FRACGPU_DECLARE_BODY(cuGetProcAddress, PFN_cuGetProcAddress_v11030)
+FRACGPU_DECLARE_BODY(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)
+
+// memory_hooks.cpp
+FRACGPU_DECLARE_BODY(cuMemAlloc, PFN_cuMemAlloc_v2000)
+FRACGPU_DECLARE_BODY(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)
+FRACGPU_DECLARE_BODY(cuMemAllocPitch, PFN_cuMemAllocPitch_v2000)
+FRACGPU_DECLARE_BODY(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020)
+FRACGPU_DECLARE_BODY(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000)
+FRACGPU_DECLARE_BODY(cuMemFree, PFN_cuMemFree_v2000)
+FRACGPU_DECLARE_BODY(cuMemFree_v2, PFN_cuMemFree_v3020)
+FRACGPU_DECLARE_BODY(cuMemGetInfo, PFN_cuMemGetInfo_v2000)
+FRACGPU_DECLARE_BODY(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020)
+FRACGPU_DECLARE_BODY(cuDeviceTotalMem, PFN_cuDeviceTotalMem_v2000)
+FRACGPU_DECLARE_BODY(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)
+FRACGPU_DECLARE_BODY(cuMemCreate, PFN_cuMemCreate_v10020)
+FRACGPU_DECLARE_BODY(cuMemRelease, PFN_cuMemRelease_v10020)
+FRACGPU_DECLARE_BODY(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)
+FRACGPU_DECLARE_BODY(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)
+FRACGPU_DECLARE_BODY(cuArrayDestroy, PFN_cuArrayDestroy_v2000)
+FRACGPU_DECLARE_BODY(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)
+FRACGPU_DECLARE_BODY(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)
+
+// context_hooks.cpp
+FRACGPU_DECLARE_BODY(cuCtxCreate, PFN_cuCtxCreate_v2000)
+FRACGPU_DECLARE_BODY(cuCtxCreate_v2, PFN_cuCtxCreate_v3020)
+FRACGPU_DECLARE_BODY(cuCtxCreate_v3, PFN_cuCtxCreate_v11040)
+FRACGPU_DECLARE_BODY(cuCtxCreate_v4, PFN_cuCtxCreate_v12050)
+FRACGPU_DECLARE_BODY(cuCtxDestroy, PFN_cuCtxDestroy_v2000)
+FRACGPU_DECLARE_BODY(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000)
+FRACGPU_DECLARE_BODY(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)
+FRACGPU_DECLARE_BODY(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v7000)
+FRACGPU_DECLARE_BODY(cuDevicePrimaryCtxRelease_v2, PFN_cuDevicePrimaryCtxRelease_v11000)
+FRACGPU_DECLARE_BODY(cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v7000)
+FRACGPU_DECLARE_BODY(cuDevicePrimaryCtxReset_v2, PFN_cuDevicePrimaryCtxReset_v11000)
+
+// pool_hooks.cpp
+FRACGPU_DECLARE_BODY(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)
+FRACGPU_DECLARE_BODY(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz)
+FRACGPU_DECLARE_BODY(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020)
+FRACGPU_DECLARE_BODY(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz)
+FRACGPU_DECLARE_BODY(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)
+FRACGPU_DECLARE_BODY(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz)
+FRACGPU_DECLARE_BODY(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020)
+FRACGPU_DECLARE_BODY(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)
+
+#undef FRACGPU_DECLARE_BODY
 
 }  // namespace fracgpu::shim

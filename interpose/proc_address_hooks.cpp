@@ -20,9 +20,8 @@ void swap_for_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint64
 
 }  // namespace
 
-CUresult HookBody<HookId::cuGetProcAddress>::call(PFN_cuGetProcAddress_v11030 real,
-                                                  const char* symbol, void** pfn, int cuda_version,
-                                                  cuuint64_t flags) noexcept {
+CUresult HookBody<HookId::cuGetProcAddress>::call(PFN_cuGetProcAddress_v11030 real, const char* symbol,
+                                                  void** pfn, int cuda_version, cuuint64_t flags) noexcept {
   CUresult result = real(symbol, pfn, cuda_version, flags);
   if (result == CUDA_SUCCESS) swap_for_wrapper(symbol, pfn, cuda_version, flags);
   return result;

@@ -9,6 +9,7 @@
 #include "core/hook_stats.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
+#include "memory_policy.h"
 
 namespace fracgpu::shim {
 
@@ -29,6 +30,20 @@ void resolve_hooked_functions(void* driver) noexcept {
   }
 }
 
+// Registers with the tenant's broker when this process belongs to one. A configured
+// broker that cannot be reached makes the shim fail closed: CUDA answers as if no
+// driver were present, because running without the quota would break the tenant's
+// isolation promise to everyone else on the GPU.
+void join_tenant(ShimState* s, void* driver) noexcept {
+  std::string error;
+  if (MemoryPolicy::start(s->config.socket_path, s->config.socket_explicit, driver, &error)) return;
+  FRACGPU_LOG(LogLevel::kError,
+              "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
+              "until the broker runs",
+              s->config.socket_path.c_str(), error.c_str());
+  s->driver_handle = nullptr;
+}
+
 void initialize_once() noexcept {
   auto* s = new ShimState();
   s->config = shim_config_from_environment();
@@ -39,7 +54,8 @@ void initialize_once() noexcept {
   LoadedDriver driver = load_real_driver(s->config);
   s->driver_handle = driver.handle;
   s->driver_path = driver.path;
-  resolve_hooked_functions(driver.handle);
+  if (driver.handle != nullptr && !s->config.disabled) join_tenant(s, driver.handle);
+  resolve_hooked_functions(s->driver_handle);
   s->proc_address.build(g_real_functions, wrapper_addresses());
   g_hooks_active = !s->config.disabled;
   if (s->config.disabled) FRACGPU_LOG(LogLevel::kInfo, "FRACGPU_DISABLE is set: pass-through only");

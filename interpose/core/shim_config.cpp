@@ -37,7 +37,10 @@ ShimConfig parse_shim_config(const EnvLookup& lookup) {
   }
   if (const char* v = lookup("FRACGPU_REAL_DRIVER"); v && *v) config.real_driver = v;
   if (const char* v = lookup("FRACGPU_HOOK_STATS"); v && *v) config.hook_stats_path = v;
-  if (const char* v = lookup("FRACGPU_SOCKET"); v && *v) config.socket_path = v;
+  if (const char* v = lookup("FRACGPU_SOCKET"); v && *v) {
+    config.socket_path = v;
+    config.socket_explicit = true;
+  }
   return config;
 }
 

@@ -18,6 +18,7 @@ struct ShimConfig {
   std::string real_driver;          // FRACGPU_REAL_DRIVER: path of the real libcuda.so.1
   std::string hook_stats_path;      // FRACGPU_HOOK_STATS: write per-hook call counts at exit
   std::string socket_path = "/run/fracgpu/broker.sock";  // FRACGPU_SOCKET
+  bool socket_explicit = false;     // FRACGPU_SOCKET was set: the broker must answer
   std::vector<std::string> problems;  // one message per rejected variable
 };
 

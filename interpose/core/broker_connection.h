@@ -1,0 +1,40 @@
+// BrokerConnection: the shim's side of the tenant socket — connect, send one JSON line,
+// read one JSON line back, all with deadlines so that a hung or vanished broker turns
+// into an error the caller can report, never into a hung application. The socket is
+// close-on-exec and the connection stays open for the life of the process: its
+// hang-up is one of the ways the broker learns that the process is gone.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace fracgpu {
+
+class BrokerConnection {
+ public:
+  BrokerConnection() = default;
+  ~BrokerConnection();
+  BrokerConnection(const BrokerConnection&) = delete;
+  BrokerConnection& operator=(const BrokerConnection&) = delete;
+
+  // Connects to the Unix socket, retrying until `timeout_ms` passes.
+  bool connect(const std::string& socket_path, int timeout_ms, std::string* error);
+  // For tests: take an already connected descriptor.
+  void adopt(int fd);
+  bool connected() const;
+  void close();
+
+  // One request line out, one reply line back (without the newline).
+  std::optional<std::string> request(const std::string& line, int timeout_ms, std::string* error);
+
+ private:
+  bool send_all(const std::string& data, int timeout_ms, std::string* error);
+  std::optional<std::string> read_line(int timeout_ms, std::string* error);
+
+  mutable std::mutex mutex_;
+  int fd_ = -1;
+  std::string buffered_;
+};
+
+}  // namespace fracgpu

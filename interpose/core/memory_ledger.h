@@ -1,0 +1,57 @@
+// MemoryLedger: the allocation fast path. Reserves and releases device memory for one
+// process of a tenant against the tenant's shared counters (TenantLedger) and caps
+// (TenantQuota, read-only), following the rules in fracgpu/tenant_segment.h. A
+// reservation within the tenant's current grant is one compare-and-swap on the
+// tenant's counter plus two uncontended atomics on the process's own slot: no syscall,
+// no lock, no driver call. Beyond the grant the caller asks the broker for burst
+// (the slow path) and tries again; beyond the hard limit the answer is final.
+#pragma once
+
+#include <cstdint>
+
+#include "fracgpu/tenant_segment.h"
+
+namespace fracgpu {
+
+enum class ReserveOutcome {
+  kReserved,   // counted; the caller may allocate
+  kOverGrant,  // within the limit but beyond the grant: ask the broker for burst
+  kOverLimit,  // would exceed the tenant's hard cap: out of memory
+};
+
+class MemoryLedger {
+ public:
+  MemoryLedger() = default;
+  MemoryLedger(const TenantQuota* quota, TenantLedger* ledger, uint32_t slot)
+      : quota_(quota), ledger_(ledger), slot_(slot) {}
+
+  bool attached() const { return quota_ != nullptr; }
+  uint32_t device_count() const { return quota_ != nullptr ? quota_->device_count : 0; }
+
+  ReserveOutcome try_reserve(uint32_t device, uint64_t bytes);
+  void release(uint32_t device, uint64_t bytes);
+  // Counts bytes that already exist on the device (e.g. a pool's rounding) even when
+  // they exceed the grant; never blocks. Used only where refusing is impossible.
+  void force_charge(uint32_t device, uint64_t bytes);
+  void count_oom(uint32_t device);
+
+  uint64_t limit(uint32_t device) const;
+  uint64_t grant(uint32_t device) const;
+  uint64_t used(uint32_t device) const;
+  uint64_t process_used(uint32_t device) const;
+
+ private:
+  std::atomic<uint64_t>& slot_counter(uint32_t device) {
+    return ledger_->processes[slot_].used[device];
+  }
+
+  const TenantQuota* quota_ = nullptr;
+  TenantLedger* ledger_ = nullptr;
+  uint32_t slot_ = 0;
+};
+
+// Subtracts without wrapping below zero (a corrupted or reconciled counter must never
+// turn into 2^64 and refuse every allocation). Returns the new value.
+uint64_t saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes);
+
+}  // namespace fracgpu

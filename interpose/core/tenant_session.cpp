@@ -1,0 +1,148 @@
+// Registration with the broker and mapping of the tenant's segment files (see
+// tenant_session.h). Plain mmap rather than Boost.Interprocess here: the shim is built
+// without exceptions, and both sides only need a shared file mapping of a POD layout.
+#include "tenant_session.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fracgpu/protocol.h"
+#include "wire_json.h"
+
+namespace fracgpu {
+namespace {
+
+constexpr int kBurstTimeoutMs = 5000;
+
+void* map_file(const std::string& path, bool writable, std::size_t* size, std::string* error) {
+  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    *error = "cannot open " + path;
+    return nullptr;
+  }
+  struct stat st {};
+  void* address = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    *size = static_cast<std::size_t>(st.st_size);
+    address = ::mmap(nullptr, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);
+  if (address == MAP_FAILED) {
+    *error = "cannot map " + path;
+    return nullptr;
+  }
+  return address;
+}
+
+std::string directory_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// A name the broker gave us must stay inside the tenant's directory.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
+}  // namespace
+
+TenantSession::~TenantSession() { unmap(); }
+
+bool TenantSession::attach(const std::string& socket_path, int timeout_ms, std::string* error) {
+  socket_path_ = socket_path;
+  directory_ = directory_of(socket_path);
+  if (!connection_.connect(socket_path, timeout_ms, error)) return false;
+  return register_process(timeout_ms, error);
+}
+
+bool TenantSession::register_process(int timeout_ms, std::string* error) {
+  auto reply = connection_.request(R"({"op":"register","protocol":1})", timeout_ms, error);
+  if (!reply) return false;
+  if (wire::bool_field(*reply, "ok") != true) {
+    *error = "broker refused registration: " + wire::string_field(*reply, "error").value_or(*reply);
+    return false;
+  }
+  auto slot = wire::int_field(*reply, "slot");
+  auto tenant = wire::string_field(*reply, "tenant");
+  auto quota = wire::string_field(*reply, "quota");
+  auto ledger = wire::string_field(*reply, "ledger");
+  if (!slot || *slot < 0 || static_cast<std::size_t>(*slot) >= kMaxProcesses || !tenant || !quota ||
+      !ledger || !plain_file_name(*quota) || !plain_file_name(*ledger)) {
+    *error = "malformed registration reply from broker: " + *reply;
+    return false;
+  }
+  if (attached() && forked_) {  // a forked child: same files, a slot of its own
+    slot_ = static_cast<uint32_t>(*slot);
+    ledger_ = MemoryLedger(quota_, ledger_map_, slot_);
+    forked_ = false;
+    return true;
+  }
+  if (attached()) {  // re-registration after a broker restart: same files, same slot
+    if (static_cast<uint32_t>(*slot) != slot_) {
+      *error = "broker moved this process to another slot after restarting";
+      return false;
+    }
+    return true;
+  }
+  tenant_ = *tenant;
+  slot_ = static_cast<uint32_t>(*slot);
+  return map_files(*quota, *ledger, error);
+}
+
+bool TenantSession::map_files(const std::string& quota_name, const std::string& ledger_name,
+                              std::string* error) {
+  void* quota = map_file(directory_ + "/" + quota_name, false, &quota_size_, error);
+  if (quota == nullptr) return false;
+  quota_ = static_cast<const TenantQuota*>(quota);
+  void* ledger = map_file(directory_ + "/" + ledger_name, true, &ledger_size_, error);
+  if (ledger == nullptr) {
+    unmap();
+    return false;
+  }
+  ledger_map_ = static_cast<TenantLedger*>(ledger);
+  if (!quota_layout_ok(*quota_, quota_size_) || !ledger_layout_ok(*ledger_map_, ledger_size_)) {
+    *error = "tenant segment has an unknown layout (magic/version mismatch with this shim)";
+    unmap();
+    return false;
+  }
+  ledger_ = MemoryLedger(quota_, ledger_map_, slot_);
+  return true;
+}
+
+void TenantSession::unmap() {
+  if (quota_ != nullptr) ::munmap(const_cast<TenantQuota*>(quota_), quota_size_);
+  if (ledger_map_ != nullptr) ::munmap(ledger_map_, ledger_size_);
+  quota_ = nullptr;
+  ledger_map_ = nullptr;
+  ledger_ = MemoryLedger();
+}
+
+void TenantSession::forget_parent_after_fork() {
+  connection_.close();
+  forked_ = true;
+}
+
+bool TenantSession::register_forked_child(std::string* error) {
+  return connection_.connect(socket_path_, 2000, error) && register_process(kBurstTimeoutMs, error);
+}
+
+bool TenantSession::request_burst(uint32_t device, uint64_t bytes, std::string* error) {
+  const std::string request = R"({"op":"burst","device":)" + std::to_string(device) +
+                              R"(,"bytes":)" + std::to_string(bytes) + "}";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!connection_.connected() &&
+        !(connection_.connect(socket_path_, 200, error) && register_process(kBurstTimeoutMs, error))) {
+      return false;
+    }
+    auto reply = connection_.request(request, kBurstTimeoutMs, error);
+    if (!reply) continue;  // the broker restarted: reconnect once
+    if (wire::bool_field(*reply, "ok") == true) return true;
+    *error = wire::string_field(*reply, "error").value_or("burst refused");
+    return false;
+  }
+  return false;
+}
+
+}  // namespace fracgpu

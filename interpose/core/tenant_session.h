@@ -1,0 +1,60 @@
+// TenantSession: this process's membership of a tenant. attach() registers with the
+// broker over the tenant socket (which is what identifies the tenant), then maps the
+// tenant's quota read-only and its ledger read-write. From then on allocations are
+// counted in shared memory; the broker is only asked for burst memory beyond the
+// grant. If the broker goes away, the mapped counters keep enforcing the caps; the
+// session reconnects and re-registers (keeping its slot) on the next burst request.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "broker_connection.h"
+#include "fracgpu/tenant_segment.h"
+#include "memory_ledger.h"
+
+namespace fracgpu {
+
+class TenantSession {
+ public:
+  TenantSession() = default;
+  ~TenantSession();
+  TenantSession(const TenantSession&) = delete;
+  TenantSession& operator=(const TenantSession&) = delete;
+
+  bool attach(const std::string& socket_path, int timeout_ms, std::string* error);
+  bool attached() const { return quota_ != nullptr; }
+
+  MemoryLedger& ledger() { return ledger_; }
+  const TenantQuota* quota() const { return quota_; }
+  const std::string& tenant() const { return tenant_; }
+  uint32_t slot() const { return slot_; }
+
+  // In a child after fork(): drop the parent's connection; the child registers as a
+  // process of its own (with its own slot) before its first allocation.
+  void forget_parent_after_fork();
+  bool needs_registration() const { return forked_; }
+  bool register_forked_child(std::string* error);
+
+  // Asks the broker to raise the grant on `device` so that `bytes` more fit.
+  bool request_burst(uint32_t device, uint64_t bytes, std::string* error);
+
+ private:
+  bool register_process(int timeout_ms, std::string* error);
+  bool map_files(const std::string& quota_name, const std::string& ledger_name, std::string* error);
+  void unmap();
+
+  std::string socket_path_;
+  std::string directory_;
+  BrokerConnection connection_;
+  std::string tenant_;
+  uint32_t slot_ = 0;
+  bool forked_ = false;
+  const TenantQuota* quota_ = nullptr;
+  std::size_t quota_size_ = 0;
+  TenantLedger* ledger_map_ = nullptr;
+  std::size_t ledger_size_ = 0;
+  MemoryLedger ledger_;
+};
+
+}  // namespace fracgpu

@@ -1,0 +1,69 @@
+// Implementation of DeviceResolver and of the resolution of DriverCalls.
+#include "device_resolver.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace fracgpu::shim {
+
+void resolve_driver_calls(void* driver, DriverCalls* calls) {
+  auto get = [driver](const char* name, auto* slot) {
+    *slot = reinterpret_cast<std::remove_reference_t<decltype(*slot)>>(driver ? dlsym(driver, name) : nullptr);
+  };
+  get("cuDeviceGetCount", &calls->cuDeviceGetCount);
+  get("cuDeviceGetUuid_v2", &calls->cuDeviceGetUuid);
+  get("cuCtxGetDevice", &calls->cuCtxGetDevice);
+  get("cuDeviceGetMemPool", &calls->cuDeviceGetMemPool);
+  get("cuMemPoolGetAttribute", &calls->cuMemPoolGetAttribute);
+  get("cuArrayGetMemoryRequirements", &calls->cuArrayGetMemoryRequirements);
+  get("cuMipmappedArrayGetMemoryRequirements", &calls->cuMipmappedArrayGetMemoryRequirements);
+}
+
+void DeviceResolver::init(const DriverCalls* calls, const TenantQuota* quota) {
+  calls_ = calls;
+  quota_ = quota;
+  for (auto& entry : cache_) entry.store(kUnknown, std::memory_order_relaxed);
+}
+
+std::string DeviceResolver::format_uuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
+int DeviceResolver::tenant_device(CUdevice ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxOrdinals) return kNoTenantDevice;
+  int cached = cache_[ordinal].load(std::memory_order_relaxed);
+  if (cached != kUnknown) return cached;
+  int found = kNoTenantDevice;
+  CUuuid uuid{};
+  if (calls_->cuDeviceGetUuid != nullptr && calls_->cuDeviceGetUuid(&uuid, ordinal) == CUDA_SUCCESS) {
+    const std::string text = format_uuid(uuid);
+    for (uint32_t i = 0; i < quota_->device_count && i < kMaxDevices; ++i) {
+      const DeviceQuota& d = quota_->devices[i];
+      if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0) found = static_cast<int>(i);
+    }
+  }
+  cache_[ordinal].store(found, std::memory_order_relaxed);
+  return found;
+}
+
+bool DeviceResolver::current_device(CUdevice* ordinal) {
+  int visible = visible_devices_.load(std::memory_order_relaxed);
+  if (visible == 0 && calls_->cuDeviceGetCount != nullptr) {
+    int count = 0;
+    if (calls_->cuDeviceGetCount(&count) == CUDA_SUCCESS) visible_devices_.store(visible = count);
+  }
+  if (visible == 1) {  // one device: no driver call on the allocation path
+    *ordinal = 0;
+    return true;
+  }
+  return calls_->cuCtxGetDevice != nullptr && calls_->cuCtxGetDevice(ordinal) == CUDA_SUCCESS;
+}
+
+}  // namespace fracgpu::shim

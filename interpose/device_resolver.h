@@ -1,0 +1,41 @@
+// DeviceResolver: which of the tenant's quota entries a CUDA device ordinal of this
+// process is. Ordinals depend on CUDA_VISIBLE_DEVICES and differ between processes,
+// so devices are matched by UUID (as the driver reports it) against the quota written
+// by the broker. Results are cached per ordinal: after the first call per device the
+// lookup is one relaxed atomic load. When the process sees a single device, the
+// current device needs no driver call at all.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <string>
+
+#include "driver_calls.h"
+#include "fracgpu/tenant_segment.h"
+
+namespace fracgpu::shim {
+
+inline constexpr int kNoTenantDevice = -1;  // the tenant has no quota on this device
+
+class DeviceResolver {
+ public:
+  void init(const DriverCalls* calls, const TenantQuota* quota);
+
+  // Quota index for a device ordinal, or kNoTenantDevice.
+  int tenant_device(CUdevice ordinal);
+  // The device of the calling thread's current context; false when there is none.
+  bool current_device(CUdevice* ordinal);
+
+  static std::string format_uuid(const CUuuid& uuid);
+
+ private:
+  static constexpr int kMaxOrdinals = 64;
+  static constexpr int kUnknown = -2;
+  const DriverCalls* calls_ = nullptr;
+  const TenantQuota* quota_ = nullptr;
+  std::atomic<int> visible_devices_{0};
+  std::atomic<int> cache_[kMaxOrdinals];
+};
+
+}  // namespace fracgpu::shim

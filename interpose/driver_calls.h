@@ -1,0 +1,25 @@
+// Real driver functions the shim's policy code calls for its own purposes (device
+// identity, current device, pool attributes, array sizes). Resolved once at
+// initialisation from the real driver; a null entry means the driver lacks it and the
+// policy falls back to a conservative behaviour. These are never the exported hooks,
+// so calling them cannot re-enter the shim.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+namespace fracgpu::shim {
+
+struct DriverCalls {
+  PFN_cuDeviceGetCount_v2000 cuDeviceGetCount = nullptr;
+  PFN_cuDeviceGetUuid_v11040 cuDeviceGetUuid = nullptr;
+  PFN_cuCtxGetDevice_v2000 cuCtxGetDevice = nullptr;
+  PFN_cuDeviceGetMemPool_v11020 cuDeviceGetMemPool = nullptr;
+  PFN_cuMemPoolGetAttribute_v11020 cuMemPoolGetAttribute = nullptr;
+  PFN_cuArrayGetMemoryRequirements_v11060 cuArrayGetMemoryRequirements = nullptr;
+  PFN_cuMipmappedArrayGetMemoryRequirements_v11060 cuMipmappedArrayGetMemoryRequirements = nullptr;
+};
+
+void resolve_driver_calls(void* driver_handle, DriverCalls* calls);
+
+}  // namespace fracgpu::shim

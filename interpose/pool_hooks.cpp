@@ -1,0 +1,97 @@
+// Bodies of the stream-ordered allocation hooks (cuMemAllocAsync, memory pools). The
+// charge model lives in MemoryPools; these bodies find the pool an allocation comes
+// from (the device's current pool, or the one named) and keep the per-pointer record
+// that a later free — stream-ordered or not — settles.
+#include "hook_bodies.h"
+#include "memory_policy.h"
+#include "memory_pools.h"
+
+namespace fracgpu::shim {
+namespace {
+
+template <typename Call>
+CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, Call&& call) {
+  MemoryPolicy* policy = MemoryPolicy::active();
+  TenantDevice device;
+  if (policy == nullptr || !policy->current_device(&device)) return call();
+  device = policy->device(device.ordinal);
+  if (pool == nullptr) {
+    auto current_pool = policy->driver().cuDeviceGetMemPool;
+    if (current_pool == nullptr || current_pool(&pool, device.ordinal) != CUDA_SUCCESS) pool = nullptr;
+  }
+  uint64_t charged_now = 0;
+  MemoryPools& pools = MemoryPools::instance();
+  if (CUresult rc = pools.reserve(*policy, device, pool, size, &charged_now); rc != CUDA_SUCCESS) return rc;
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    pools.cancel(*policy, pool, size, charged_now);
+    return rc;
+  }
+  policy->async_memory.insert(*dptr, {static_cast<uint32_t>(device.index), size,
+                                      reinterpret_cast<uintptr_t>(pool)});
+  if (charged_now > 0 && pool != nullptr) pools.settle(*policy, pool);
+  return rc;
+}
+
+CUresult pooled_free(CUdeviceptr ptr, CUresult rc) {
+  MemoryPolicy* policy = MemoryPolicy::active();
+  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
+  if (auto charge = policy->async_memory.erase(ptr)) {
+    MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(charge->owner), charge->bytes);
+  } else if (auto plain = policy->device_memory.erase(ptr)) {  // cuMemAlloc memory freed stream-ordered
+    policy->release(static_cast<int>(plain->device), plain->bytes);
+  }
+  return rc;
+}
+
+}  // namespace
+
+CUresult HookBody<HookId::cuMemAllocAsync>::call(PFN_cuMemAllocAsync_v11020 real, CUdeviceptr* dptr,
+                                                 size_t size, CUstream stream) noexcept {
+  return pooled_allocation(dptr, size, nullptr, [&] { return real(dptr, size, stream); });
+}
+
+CUresult HookBody<HookId::cuMemAllocAsync_ptsz>::call(PFN_cuMemAllocAsync_v11020_ptsz real, CUdeviceptr* dptr,
+                                                      size_t size, CUstream stream) noexcept {
+  return pooled_allocation(dptr, size, nullptr, [&] { return real(dptr, size, stream); });
+}
+
+CUresult HookBody<HookId::cuMemAllocFromPoolAsync>::call(PFN_cuMemAllocFromPoolAsync_v11020 real,
+                                                         CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                         CUstream stream) noexcept {
+  return pooled_allocation(dptr, size, pool, [&] { return real(dptr, size, pool, stream); });
+}
+
+CUresult HookBody<HookId::cuMemAllocFromPoolAsync_ptsz>::call(PFN_cuMemAllocFromPoolAsync_v11020_ptsz real,
+                                                              CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                              CUstream stream) noexcept {
+  return pooled_allocation(dptr, size, pool, [&] { return real(dptr, size, pool, stream); });
+}
+
+CUresult HookBody<HookId::cuMemFreeAsync>::call(PFN_cuMemFreeAsync_v11020 real, CUdeviceptr ptr,
+                                                CUstream stream) noexcept {
+  return pooled_free(ptr, real(ptr, stream));
+}
+
+CUresult HookBody<HookId::cuMemFreeAsync_ptsz>::call(PFN_cuMemFreeAsync_v11020_ptsz real, CUdeviceptr ptr,
+                                                     CUstream stream) noexcept {
+  return pooled_free(ptr, real(ptr, stream));
+}
+
+CUresult HookBody<HookId::cuMemPoolTrimTo>::call(PFN_cuMemPoolTrimTo_v11020 real, CUmemoryPool pool,
+                                                 size_t keep) noexcept {
+  CUresult rc = real(pool, keep);
+  if (rc == CUDA_SUCCESS && MemoryPolicy::active()) MemoryPools::instance().resync(*MemoryPolicy::active(), pool);
+  return rc;
+}
+
+CUresult HookBody<HookId::cuMemPoolDestroy>::call(PFN_cuMemPoolDestroy_v11020 real, CUmemoryPool pool) noexcept {
+  CUresult rc = real(pool);
+  MemoryPolicy* policy = MemoryPolicy::active();
+  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
+  policy->async_memory.erase_owned_by(reinterpret_cast<uintptr_t>(pool));
+  MemoryPools::instance().destroyed(*policy, pool);
+  return rc;
+}
+
+}  // namespace fracgpu::shim
