@@ -1,0 +1,96 @@
+// fracgpu: the user CLI (run, status, tenant, broker). Parsing only; every command is
+// implemented in fracgpu_broker_core (cli/*). Parse errors are one line on stderr and
+// exit status 2, before anything is contacted or started.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_options.h"
+#include "cli/run_command.h"
+#include "cli/status_command.h"
+#include "cli/tenant_commands.h"
+#include "core/broker.h"
+#include "fracgpu/protocol.h"
+
+namespace {
+
+using namespace fracgpu;
+
+struct Commands {
+  std::string run_dir = protocol::kDefaultRunDir;
+  cli::RunRequest run;
+  bool status_json = false;
+  broker::BrokerOptions broker;
+  std::string tenant_name;
+  cli::QuotaFlags create_flags, update_flags;
+  CLI::App *run_cmd = nullptr, *status_cmd = nullptr, *broker_cmd = nullptr, *create_cmd = nullptr,
+           *update_cmd = nullptr, *delete_cmd = nullptr, *list_cmd = nullptr;
+};
+
+void define_run(CLI::App& app, Commands& c) {
+  c.run_cmd = app.add_subcommand("run", "Run a command as a tenant with a GPU memory cap and compute share");
+  cli::add_quota_flags(*c.run_cmd, c.run.quota, /*memory_required=*/true);
+  c.run_cmd->add_option("--name", c.run.name, "Tenant name (default run-<pid>)");
+  c.run_cmd->add_option("command", c.run.command, "The command and its arguments, after --");
+  c.run_cmd->prefix_command();  // everything from the command on belongs to the command
+}
+
+void define_tenant(CLI::App& app, Commands& c) {
+  auto* tenant = app.add_subcommand("tenant", "Manage the node broker's tenants")->require_subcommand(1);
+  c.create_cmd = tenant->add_subcommand("create", "Create a tenant");
+  c.create_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
+  cli::add_quota_flags(*c.create_cmd, c.create_flags, true);
+  c.update_cmd = tenant->add_subcommand("update", "Change a tenant's quota (the given flags only)");
+  c.update_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
+  cli::add_quota_flags(*c.update_cmd, c.update_flags, false);
+  c.delete_cmd = tenant->add_subcommand("delete", "Delete a tenant");
+  c.delete_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
+  c.list_cmd = tenant->add_subcommand("list", "List tenants");
+}
+
+int dispatch(Commands& c) {
+  if (c.run_cmd->parsed()) {
+    c.run.run_dir = c.run_dir;
+    return cli::run_tenant_command(c.run);
+  }
+  if (c.status_cmd->parsed()) return cli::show_status(c.run_dir, c.status_json);
+  if (c.broker_cmd->parsed()) {
+    c.broker.run_dir = c.run_dir;
+    return broker::run_broker(std::move(c.broker));
+  }
+  if (c.create_cmd->parsed()) return cli::create_tenant(c.run_dir, c.tenant_name, c.create_flags);
+  if (c.update_cmd->parsed()) return cli::update_tenant(c.run_dir, c.tenant_name, c.update_flags);
+  if (c.delete_cmd->parsed()) return cli::delete_tenant(c.run_dir, c.tenant_name);
+  if (c.list_cmd->parsed()) return cli::list_tenants(c.run_dir);
+  return cli::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Commands c;
+  CLI::App app{"fracgpu: fractions of a GPU with enforced memory caps and compute shares"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.add_option("--run-dir", c.run_dir, "The broker's run directory (default /run/fracgpu)")
+      ->envname("FRACGPU_RUN_DIR");
+  define_run(app, c);
+  c.status_cmd = app.add_subcommand("status", "Show tenants, caps and usage");
+  c.status_cmd->add_flag("--json", c.status_json, "Print the broker's JSON instead of a table");
+  c.broker_cmd = app.add_subcommand("broker", "Run the node broker in the foreground");
+  broker::add_broker_options(*c.broker_cmd, c.broker, /*with_run_dir=*/false);
+  define_tenant(app, c);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fracgpu: %s (see fracgpu --help)\n", e.what());
+    return cli::kExitUsage;
+  }
+  return dispatch(c);
+}

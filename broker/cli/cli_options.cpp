@@ -1,0 +1,93 @@
+// Quota flag definitions and validation (size and percent syntax is in
+// core/quantity_parser).
+#include "cli_options.h"
+
+#include <algorithm>
+
+#include <CLI/CLI.hpp>
+
+#include "core/quantity_parser.h"
+#include "core/tenant_spec.h"
+
+namespace fracgpu::cli {
+namespace {
+
+using broker::parse_percent;
+using broker::parse_size;
+using broker::parse_size_allow_zero;
+using nlohmann::json;
+
+// The fields common to every GPU of the tenant, from the flags that were given.
+Result<json> common_fields(const QuotaFlags& f, bool partial) {
+  json d = json::object();
+  if (!f.memory.empty()) {
+    auto v = parse_size(f.memory, "--memory");
+    if (!v) return Result<json>::failure(v.error());
+    d["memory_limit"] = *v;
+  } else if (!partial) {
+    return Result<json>::failure("--memory is required (e.g. --memory 8GiB)");
+  }
+  if (!f.memory_request.empty()) {
+    auto v = parse_size_allow_zero(f.memory_request, "--memory-request");
+    if (!v) return Result<json>::failure(v.error());
+    if (d.contains("memory_limit") && *v > d["memory_limit"].get<uint64_t>()) {
+      return Result<json>::failure("--memory-request " + f.memory_request + " is larger than --memory " + f.memory);
+    }
+    d["memory_request"] = *v;
+  }
+  if (!f.compute.empty()) {
+    auto v = parse_percent(f.compute, "--compute");
+    if (!v) return Result<json>::failure(v.error());
+    d["compute"] = *v;
+  }
+  if (!f.compute_limit.empty()) {
+    auto v = parse_percent(f.compute_limit, "--compute-limit");
+    if (!v) return Result<json>::failure(v.error());
+    d["compute_limit"] = *v;
+  }
+  if (!f.priority.empty()) {
+    auto p = broker::parse_priority(f.priority);
+    if (!p) return Result<json>::failure("--priority: " + p.error());
+    d["priority"] = f.priority;
+  }
+  return d;
+}
+
+}  // namespace
+
+void add_quota_flags(CLI::App& app, QuotaFlags& f, bool memory_required) {
+  auto* memory = app.add_option("--memory", f.memory, "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824)");
+  if (memory_required) memory->required();
+  app.add_option("--memory-request", f.memory_request, "Guaranteed memory per GPU (default: the cap)");
+  app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")->delimiter(',');
+  app.add_option("--compute", f.compute, "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100)");
+  app.add_option("--compute-limit", f.compute_limit, "Hard compute ceiling, 1-100% of the GPU (default none)");
+  app.add_option("--priority", f.priority, "high, normal or low (default normal)");
+}
+
+Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {
+  if (given.empty()) return std::vector<unsigned>{0};
+  std::vector<unsigned> seen;
+  for (unsigned g : given) {
+    if (g >= 16) return Result<std::vector<unsigned>>::failure("--gpu " + std::to_string(g) + " is not a GPU index (0-15)");
+    if (std::find(seen.begin(), seen.end(), g) != seen.end()) {
+      return Result<std::vector<unsigned>>::failure("--gpu lists GPU " + std::to_string(g) + " twice");
+    }
+    seen.push_back(g);
+  }
+  return seen;
+}
+
+Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial) {
+  auto common = common_fields(flags, partial);
+  if (!common) return common;
+  json list = json::array();
+  for (unsigned g : gpus) {
+    json d = *common;
+    d["gpu"] = g;
+    list.push_back(std::move(d));
+  }
+  return list;
+}
+
+}  // namespace fracgpu::cli

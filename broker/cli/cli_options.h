@@ -1,0 +1,44 @@
+// The quota flags shared by `fracgpu run`, `tenant create` and `tenant update`
+// (--memory, --memory-request, --gpu, --compute, --compute-limit, --priority), their
+// validation, and their translation into the TENANT JSON of protocol.h. Everything is
+// checked here, before any broker is contacted, so bad input never starts anything.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace fracgpu::cli {
+
+using broker::Result;
+using broker::Status;
+
+struct QuotaFlags {
+  std::string memory;
+  std::string memory_request;
+  std::vector<unsigned> gpus;
+  std::string compute;
+  std::string compute_limit;
+  std::string priority;
+};
+
+// Adds the flags to a subcommand; --memory is required when `memory_required`.
+void add_quota_flags(CLI::App& app, QuotaFlags& flags, bool memory_required);
+
+// Validated device entries, one per GPU (default GPU 0). With `partial`, only the
+// flags that were given appear (for updates); otherwise memory_limit is required.
+Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial);
+
+// --gpu list: each below 16, no duplicates; empty -> {0}.
+Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given);
+
+}  // namespace fracgpu::cli

@@ -1,0 +1,90 @@
+// Tenant management commands. Flags are validated before connecting; an update
+// without --gpu applies to every GPU the tenant already has.
+#include "tenant_commands.h"
+
+#include <cstdio>
+
+#include "admin_client.h"
+#include "core/quantity_parser.h"
+#include "core/tenant_spec.h"
+
+namespace fracgpu::cli {
+namespace {
+
+using nlohmann::json;
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "fracgpu: %s\n", message.c_str());
+  return code;
+}
+
+Result<AdminClient> connect_node(const std::string& run_dir) {
+  auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client) {
+    return Result<AdminClient>::failure("no fracgpu broker answers at " + run_dir +
+                                        "/admin.sock (start one with: fracgpu broker, or set --run-dir)");
+  }
+  return client;
+}
+
+// The GPUs a tenant already has, from the broker's list.
+Result<std::vector<unsigned>> tenant_gpus(AdminClient& client, const std::string& name) {
+  auto list = client.call({{"op", "list"}});
+  if (!list) return Result<std::vector<unsigned>>::failure(list.error());
+  for (const auto& t : (*list)["tenants"]) {
+    if (t.value("name", "") != name) continue;
+    std::vector<unsigned> gpus;
+    for (const auto& d : t["devices"]) gpus.push_back(d.value("gpu", 0u));
+    return gpus;
+  }
+  return Result<std::vector<unsigned>>::failure("no tenant named '" + name + "'");
+}
+
+void print_tenant(const char* verb, const json& tenant) {
+  std::printf("%s tenant %s (socket %s)\n", verb, tenant.value("name", "?").c_str(), tenant.value("socket", "").c_str());
+}
+
+}  // namespace
+
+int create_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+  if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
+  auto gpus = resolve_gpus(flags.gpus);
+  if (!gpus) return fail(2, gpus.error());
+  auto devices = device_entries(flags, *gpus, /*partial=*/false);
+  if (!devices) return fail(2, devices.error());
+  auto client = connect_node(run_dir);
+  if (!client) return fail(1, client.error());
+  auto reply = client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  if (!reply) return fail(1, reply.error());
+  print_tenant("created", (*reply)["tenant"]);
+  return 0;
+}
+
+int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+  if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
+  auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{}) : resolve_gpus(flags.gpus);
+  if (!given) return fail(2, given.error());
+  auto check = device_entries(flags, {0}, /*partial=*/true);
+  if (!check) return fail(2, check.error());
+  if ((*check)[0].size() == 1 && flags.gpus.empty()) return fail(2, "nothing to update: give --memory, --compute ...");
+  auto client = connect_node(run_dir);
+  if (!client) return fail(1, client.error());
+  auto gpus = given->empty() ? tenant_gpus(*client, name) : given;
+  if (!gpus) return fail(1, gpus.error());
+  auto devices = device_entries(flags, *gpus, /*partial=*/true);
+  auto reply = client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  if (!reply) return fail(1, reply.error());
+  print_tenant("updated", (*reply)["tenant"]);
+  return 0;
+}
+
+int delete_tenant(const std::string& run_dir, const std::string& name) {
+  auto client = connect_node(run_dir);
+  if (!client) return fail(1, client.error());
+  auto reply = client->call({{"op", "delete"}, {"name", name}});
+  if (!reply) return fail(1, reply.error());
+  std::printf("deleted tenant %s\n", name.c_str());
+  return 0;
+}
+
+}  // namespace fracgpu::cli

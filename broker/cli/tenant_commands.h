@@ -1,0 +1,15 @@
+// `fracgpu tenant create|update|delete`: tenant management through the node broker's
+// admin socket (root or the broker's uid).
+#pragma once
+
+#include <string>
+
+#include "cli_options.h"
+
+namespace fracgpu::cli {
+
+int create_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags);
+int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags);
+int delete_tenant(const std::string& run_dir, const std::string& name);
+
+}  // namespace fracgpu::cli

@@ -1,0 +1,228 @@
+// Broker start-up, shutdown and the glue between its parts. Timers: one maintenance
+// tick every 100 ms retries pending reconciles (so memory of a dead process is back
+// well within a second even when its tenant's counters are busy), and every tenth
+// tick reclaims idle burst grants.
+#include "broker.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "admission.h"
+#include "fracgpu/protocol.h"
+#include "ledger_ops.h"
+#include "quantity_parser.h"
+#include "status_report.h"
+
+namespace fracgpu::broker {
+namespace {
+
+void raise_fd_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+}  // namespace
+
+Broker::Broker(BrokerOptions options) : options_(std::move(options)) {}
+
+Broker::~Broker() {
+  shutdown();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Status Broker::lock_run_dir() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.run_dir, ec);
+  const std::string path = options_.run_dir + "/broker.lock";
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return Status::failure("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return Status::failure("another fracgpu broker is already serving " + options_.run_dir);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+    spdlog::debug("cannot write the broker pid into {}", path);
+  }
+  return {};
+}
+
+void Broker::discover() {
+  gpus_ = discover_gpus(InventoryOptions{options_.driver, options_.footprint_bytes});
+  if (gpus_.gpus.empty()) spdlog::warn("no GPU: {}; tenants cannot be created", gpus_.problem);
+  std::vector<uint64_t> capacity;
+  for (const auto& g : gpus_.gpus) {
+    spdlog::info("GPU {}: {} {} {} (capacity {}, {} per context)", g.index, g.uuid, g.name, format_size(g.memory_total),
+                 format_size(gpu_capacity(g, options_.reserve_bytes)), format_size(g.context_footprint));
+    capacity.resize(g.index + 1, 0);
+    capacity[g.index] = gpu_capacity(g, options_.reserve_bytes);
+  }
+  arbiter_ = MemoryArbiter(std::move(capacity));
+}
+
+Status Broker::start() {
+  ::setenv("FRACGPU_DISABLE", "1", 1);  // a shim preloaded into the broker itself stays inert
+  std::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  if (!loop_.valid()) return Status::failure("cannot create the event loop");
+  if (auto s = lock_run_dir(); !s) return s;
+  discover();
+  registry_ = std::make_unique<TenantRegistry>(
+      RegistryConfig{options_.run_dir, options_.state_dir, options_.reserve_bytes}, gpus_);
+  if (auto s = registry_->prepare(); !s) return s;
+  tracker_ = std::make_unique<ProcessTracker>(
+      loop_, [this](const std::string& t, uint32_t slot, pid_t pid) { on_process_death(t, slot, pid); });
+  reconciler_ = std::make_unique<LedgerReconciler>(*registry_);
+  spdlog::info("{} tenant(s) restored from {}/tenants.json", registry_->restore(), options_.state_dir);
+  for (Tenant* t : registry_->all()) {
+    if (auto s = open_tenant_socket(*t); !s) spdlog::error("tenant {}: {}", t->spec.name, s.error());
+    adopt_processes(*t);
+  }
+  admin_ = std::make_unique<AdminServer>(loop_, *this, ::geteuid());
+  if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / protocol::kAdminSocketName); !s) return s;
+  loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
+  if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
+  loop_.set_state_mutex(&state_mutex_);
+  if (!options_.metrics_listen.empty()) {
+    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] { return metrics_text(*registry_); });
+    if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
+  }
+  return {};
+}
+
+Status Broker::open_tenant_socket(Tenant& tenant) {
+  auto server = std::make_unique<TenantSocketServer>(
+      loop_, TenantServices{*registry_, *tracker_, *reconciler_, arbiter_}, tenant.spec.name);
+  if (auto s = server->listen(); !s) return s;
+  tenant_servers_[tenant.spec.name] = std::move(server);
+  return {};
+}
+
+// After a restart: keep watching the processes that are still alive, reclaim the rest.
+void Broker::adopt_processes(Tenant& tenant) {
+  TenantLedger& ledger = tenant.ledger();
+  unsigned adopted = 0, gone = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    ProcessSlot& s = ledger.processes[i];
+    if (static_cast<SlotState>(s.state.load()) != SlotState::kLive) continue;
+    if (tracker_->watch(tenant.spec.name, i, s.pid.load(), s.start_time.load())) {
+      ++adopted;
+    } else {
+      ledger::mark_dead(ledger, i);
+      ++gone;
+    }
+  }
+  reconciler_->reconcile(tenant);  // also settles anything that changed while no broker ran
+  if (adopted + gone > 0) spdlog::info("tenant {}: {} live process(es) re-attached, {} reclaimed", tenant.spec.name, adopted, gone);
+}
+
+void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid) {
+  Tenant* tenant = registry_->find(name);
+  if (tenant == nullptr) return;
+  reconciler_->process_died(*tenant, slot);
+  spdlog::info("tenant {}: pid {} (slot {}) exited; memory reclaimed", name, pid, slot);
+}
+
+void Broker::maintenance_tick() {
+  reconciler_->tick();
+  if (++ticks_ % 10 == 0) {
+    const auto members = registry_->arbiter_members();
+    arbiter_.reclaim(members);
+  }
+}
+
+Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) {
+  auto tenant = registry_->create(tenant_json);
+  if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
+  if (auto s = open_tenant_socket(**tenant); !s) {
+    const std::string name = (*tenant)->spec.name;
+    (void)registry_->remove(name);
+    return Result<nlohmann::json>::failure(s.error());
+  }
+  return tenant_status_json(**tenant);
+}
+
+Result<nlohmann::json> Broker::update_tenant(const nlohmann::json& tenant_json) {
+  auto tenant = registry_->update(tenant_json);
+  if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
+  return tenant_status_json(**tenant);
+}
+
+Status Broker::delete_tenant(const std::string& name) {
+  if (registry_->find(name) == nullptr) return Status::failure("no tenant named '" + name.substr(0, 80) + "'");
+  if (auto it = tenant_servers_.find(name); it != tenant_servers_.end()) {
+    it->second->shutdown(true);
+    tenant_servers_.erase(it);
+  }
+  tracker_->forget_tenant(name);
+  reconciler_->forget(name);
+  return registry_->remove(name);
+}
+
+nlohmann::json Broker::list_tenants() {
+  nlohmann::json list = nlohmann::json::array();
+  for (Tenant* t : registry_->all()) list.push_back(tenant_status_json(*t));
+  return list;
+}
+
+nlohmann::json Broker::list_gpus() { return gpus_json(gpus_, options_.reserve_bytes); }
+
+void Broker::notify_ready() {
+  if (options_.ready_fd < 0) return;
+  const char byte = 1;
+  if (::write(options_.ready_fd, &byte, 1) != 1) spdlog::debug("cannot notify readiness");
+  ::close(options_.ready_fd);
+  options_.ready_fd = -1;
+}
+
+void Broker::shutdown() {
+  if (metrics_) metrics_->stop();
+  metrics_.reset();
+  if (admin_) admin_->shutdown(true);
+  admin_.reset();
+  for (auto& [name, server] : tenant_servers_) server->shutdown(true);
+  tenant_servers_.clear();
+  tracker_.reset();
+}
+
+int Broker::run() {
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (auto s = start(); !s) {
+      spdlog::error("{}", s.error());
+      return 1;
+    }
+  }
+  spdlog::info("serving {} (admin socket {}/{})", options_.run_dir, options_.run_dir, protocol::kAdminSocketName);
+  notify_ready();
+  loop_.run();
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  shutdown();
+  return 0;
+}
+
+int run_broker(BrokerOptions options) {
+  if (auto s = setup_logging(options.log_level, "fracgpu-broker"); !s) {
+    std::fprintf(stderr, "fracgpu-broker: %s\n", s.error().c_str());
+    return 2;
+  }
+  if (auto s = resolve_broker_options(options); !s) {
+    spdlog::error("{}", s.error());
+    return 2;
+  }
+  Broker broker(std::move(options));
+  return broker.run();
+}
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,67 @@
+// CLI11 wiring and validation of the broker flags (documented in docs/configuration.md).
+#include "broker_options.h"
+
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "fracgpu/protocol.h"
+#include "metrics_server.h"
+#include "quantity_parser.h"
+
+namespace fracgpu::broker {
+
+void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
+  if (with_run_dir) {
+    app.add_option("--run-dir", o.run_dir, "Sockets and shared-memory files (default /run/fracgpu)")
+        ->envname("FRACGPU_RUN_DIR");
+  }
+  app.add_option("--state-dir", o.state_dir, "Where tenants.json is kept (default /var/lib/fracgpu)");
+  app.add_option("--driver", o.driver,
+                 "CUDA driver library to enumerate GPUs with (default $FRACGPU_REAL_DRIVER, else libcuda.so.1)");
+  app.add_option("--reserve", o.reserve, "GPU memory kept out of every quota, per GPU (e.g. 2GiB)");
+  app.add_option("--context-footprint", o.context_footprint,
+                 "Bytes charged per CUDA context: auto (measured at start) or a SIZE");
+  app.add_option("--metrics-listen", o.metrics_listen, "Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9400)");
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off");
+  app.add_option("--ready-fd", o.ready_fd, "Write one byte to this fd once serving (used by fracgpu run)")
+      ->group("");  // internal
+}
+
+Status resolve_broker_options(BrokerOptions& o) {
+  if (o.run_dir.empty()) {
+    const char* env = std::getenv("FRACGPU_RUN_DIR");
+    o.run_dir = env != nullptr && *env != '\0' ? env : protocol::kDefaultRunDir;
+  }
+  if (o.state_dir.empty()) o.state_dir = protocol::kDefaultStateDir;
+  auto reserve = parse_size_allow_zero(o.reserve, "--reserve");
+  if (!reserve) return Status::failure(reserve.error());
+  o.reserve_bytes = *reserve;
+  if (o.context_footprint != "auto") {
+    auto footprint = parse_size_allow_zero(o.context_footprint, "--context-footprint");
+    if (!footprint) return Status::failure(footprint.error() + " (or use auto)");
+    o.footprint_bytes = *footprint;
+  }
+  if (!o.metrics_listen.empty()) {
+    auto address = parse_listen_address(o.metrics_listen);
+    if (!address) return Status::failure(address.error());
+  }
+  return {};
+}
+
+Status setup_logging(const std::string& level, const std::string& name) {
+  const auto parsed = spdlog::level::from_str(level);
+  if (parsed == spdlog::level::off && level != "off") {
+    return Status::failure("--log-level '" + level + "' is not one of trace, debug, info, warn, error, critical, off");
+  }
+  auto logger = spdlog::get(name);
+  if (!logger) logger = spdlog::stderr_logger_mt(name);
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %n %l: %v");
+  logger->set_level(parsed);
+  spdlog::set_default_logger(logger);
+  return {};
+}
+
+}  // namespace fracgpu::broker

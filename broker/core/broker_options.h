@@ -1,0 +1,44 @@
+// The broker's command-line options, shared by the fracgpu-broker executable and
+// `fracgpu broker` so that both accept exactly the same flags, plus the logging setup.
+// Values are kept as typed by the user and converted (with one clear error) by
+// resolve_broker_options.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace fracgpu::broker {
+
+struct BrokerOptions {
+  std::string run_dir;
+  std::string state_dir;
+  std::string driver;                    // empty: $FRACGPU_REAL_DRIVER, else libcuda.so.1
+  std::string reserve = "0";             // SIZE
+  std::string context_footprint = "auto";  // auto | SIZE
+  std::string metrics_listen;            // ADDR:PORT, empty = off
+  std::string log_level = "info";
+  int ready_fd = -1;  // written to (one byte) and closed once the broker serves
+
+  // Filled by resolve_broker_options.
+  uint64_t reserve_bytes = 0;
+  std::optional<uint64_t> footprint_bytes;
+};
+
+// Adds the broker flags to `app`. `with_run_dir` is false for `fracgpu broker`, whose
+// --run-dir is the CLI's common flag.
+void add_broker_options(CLI::App& app, BrokerOptions& options, bool with_run_dir);
+
+// Defaults (env FRACGPU_RUN_DIR, /run/fracgpu, /var/lib/fracgpu), sizes, log level.
+Status resolve_broker_options(BrokerOptions& options);
+
+// stderr logger with timestamps at `level` (trace|debug|info|warn|error|critical|off).
+Status setup_logging(const std::string& level, const std::string& name);
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,137 @@
+// Slot bookkeeping and reconciliation on a TenantLedger. All accesses are seq_cst:
+// the correctness argument in tenant_segment.h (a slot never under-states what its
+// process holds in DeviceUsage.used) relies on a single total order of the slot and
+// counter updates, and these paths are far too rare for weaker orders to matter.
+#include "ledger_ops.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fracgpu::broker::ledger {
+namespace {
+
+SlotState state_of(const ProcessSlot& s) { return static_cast<SlotState>(s.state.load()); }
+
+void clear_usage(ProcessSlot& s) {
+  for (auto& u : s.used) u.store(0);
+}
+
+}  // namespace
+
+void initialize(TenantLedger& ledger) {
+  std::memset(static_cast<void*>(&ledger), 0, sizeof(TenantLedger));
+  ledger.major = kSegmentMajor;
+  ledger.minor = kSegmentMinor;
+  ledger.size = sizeof(TenantLedger);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ledger.magic = kLedgerMagic;
+}
+
+std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid, uint64_t start_time) {
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    const ProcessSlot& s = ledger.processes[i];
+    if (state_of(s) == SlotState::kLive && s.pid.load() == pid && s.start_time.load() == start_time) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time) {
+  if (auto existing = find_live_slot(ledger, pid, start_time)) return existing;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    ProcessSlot& s = ledger.processes[i];
+    if (state_of(s) != SlotState::kFree) continue;
+    clear_usage(s);
+    s.pid.store(pid);
+    s.start_time.store(start_time);
+    s.state.store(static_cast<uint32_t>(SlotState::kLive));  // last: publishes the slot
+    return i;
+  }
+  return std::nullopt;
+}
+
+void mark_dead(TenantLedger& ledger, uint32_t slot) {
+  if (slot < kMaxProcesses) ledger.processes[slot].state.store(static_cast<uint32_t>(SlotState::kDead));
+}
+
+void free_dead_slots(TenantLedger& ledger) {
+  for (auto& s : ledger.processes) {
+    if (state_of(s) != SlotState::kDead) continue;
+    clear_usage(s);
+    s.pid.store(0);
+    s.start_time.store(0);
+    s.state.store(static_cast<uint32_t>(SlotState::kFree));
+  }
+}
+
+uint32_t live_process_count(const TenantLedger& ledger) {
+  uint32_t n = 0;
+  for (const auto& s : ledger.processes) n += state_of(s) == SlotState::kLive ? 1 : 0;
+  return n;
+}
+
+uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
+  uint64_t sum = 0;
+  for (const auto& s : ledger.processes) {
+    if (state_of(s) == SlotState::kLive) sum += s.used[device].load();
+  }
+  return sum;
+}
+
+bool reconcile_device(TenantLedger& ledger, uint32_t device, int attempts) {
+  if (device >= kMaxDevices) return true;
+  std::atomic<uint64_t>& used = ledger.devices[device].used;
+  for (int i = 0; i < attempts; ++i) {
+    // Read the counter BEFORE summing the slots: a release that lands between the two
+    // reads then makes the CAS fail instead of leaving its bytes counted.
+    uint64_t seen = used.load();
+    const uint64_t truth = live_slot_sum(ledger, device);
+    if (seen == truth || used.compare_exchange_strong(seen, truth)) return true;
+  }
+  return false;
+}
+
+bool reconcile_all(TenantLedger& ledger, uint32_t device_count, int attempts) {
+  bool all = true;
+  for (uint32_t d = 0; d < std::min<uint32_t>(device_count, kMaxDevices); ++d) {
+    all = reconcile_device(ledger, d, attempts) && all;
+  }
+  return all;
+}
+
+bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes) {
+  ProcessSlot& s = ledger.processes[slot];
+  DeviceUsage& usage = ledger.devices[device];
+  const DeviceQuota& q = quota.devices[device];
+  s.used[device].fetch_add(bytes);  // slot first: it must never under-state
+  uint64_t u = usage.used.load();
+  for (;;) {
+    const uint64_t grant = q.memory_grant.load();
+    if (u > grant || bytes > grant - u) {
+      s.used[device].fetch_sub(bytes);
+      return false;
+    }
+    if (usage.used.compare_exchange_weak(u, u + bytes)) break;
+  }
+  if (u + bytes > q.memory_grant.load()) {  // the broker lowered the grant meanwhile
+    release(ledger, slot, device, bytes);
+    return false;
+  }
+  uint64_t peak = usage.peak.load();
+  while (peak < u + bytes && !usage.peak.compare_exchange_weak(peak, u + bytes)) {
+  }
+  return true;
+}
+
+void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
+  ledger.devices[device].used.fetch_sub(bytes);  // counter first, slot second
+  ledger.processes[slot].used[device].fetch_sub(bytes);
+}
+
+void lower_grant(DeviceQuota& quota, DeviceUsage& usage, uint64_t target) {
+  if (target >= quota.memory_grant.load()) return;
+  quota.memory_grant.store(target);
+  const uint64_t used = usage.used.load();
+  if (used > target) quota.memory_grant.store(std::min(used, quota.memory_limit.load()));
+}
+
+}  // namespace fracgpu::broker::ledger

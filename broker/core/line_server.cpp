@@ -1,0 +1,190 @@
+// Connection handling of LineServer: non-blocking accept/read/write driven by epoll.
+// Replies that the kernel does not take at once are buffered and flushed on EPOLLOUT;
+// a peer that lets more than kMaxPendingOutput pile up (it sends but never reads) is
+// dropped, so one misbehaving client cannot grow the broker's memory without bound.
+#include "line_server.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "fracgpu/protocol.h"
+
+namespace fracgpu::broker {
+namespace {
+
+constexpr std::size_t kMaxPendingOutput = 4u << 20;
+constexpr std::size_t kMaxConnections = 4096;
+
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
+}  // namespace
+
+LineServer::LineServer(EventLoop& loop, std::string label, RequestHandler on_request)
+    : loop_(loop), label_(std::move(label)), on_request_(std::move(on_request)) {}
+
+LineServer::~LineServer() { shutdown(false); }
+
+nlohmann::json LineServer::error_reply(const std::string& sentence) { return {{"ok", false}, {"error", sentence}}; }
+
+Status LineServer::listen(const std::filesystem::path& path, mode_t mode) {
+  auto fd = listen_unix(path, mode);
+  if (!fd) return Status::failure(fd.error());
+  listen_fd_ = *fd;
+  path_ = path;
+  listen_id_ = loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_all(); });
+  if (listen_id_ == 0) return Status::failure("cannot watch " + path.string());
+  return {};
+}
+
+void LineServer::shutdown(bool unlink) {
+  while (!peers_.empty()) disconnect(peers_.begin()->first);
+  if (listen_id_ != 0) loop_.remove(listen_id_);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (unlink && !path_.empty()) ::unlink(path_.c_str());
+  listen_id_ = 0;
+  listen_fd_ = -1;
+}
+
+void LineServer::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EINTR) spdlog::warn("{}: accept failed: {}", label_, std::strerror(errno));
+      return;
+    }
+    auto cred = peer_credentials(fd);
+    if (!cred || peers_.size() >= kMaxConnections) {
+      spdlog::warn("{}: refusing a connection ({})", label_, cred ? "too many connections" : "no peer credentials");
+      ::close(fd);
+      continue;
+    }
+    auto peer = std::make_unique<Peer>();
+    peer->id = next_peer_id_++;
+    peer->fd = fd;
+    peer->cred = *cred;
+    const uint64_t id = peer->id;
+    peer->loop_id = loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { handle_events(id, ev); });
+    if (peer->loop_id == 0) {
+      ::close(fd);
+      continue;
+    }
+    spdlog::debug("{}: connection from pid {} uid {}", label_, cred->pid, cred->uid);
+    peers_.emplace(id, std::move(peer));
+  }
+}
+
+void LineServer::handle_events(uint64_t peer_id, uint32_t events) {
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return;
+  Peer& peer = *it->second;
+  if (events & EPOLLOUT) flush(peer);
+  if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) && peers_.count(peer_id)) read_from(peer);
+}
+
+void LineServer::read_from(Peer& peer) {
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::recv(peer.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      if (!peer.closing) peer.in.append(buf, static_cast<std::size_t>(n));
+      if (peer.in.size() > 2 * protocol::kMaxMessageBytes) break;  // process before reading more
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    const uint64_t id = peer.id;
+    process_lines(peer);  // requests that arrived together with the hang-up still count
+    if (peers_.count(id)) disconnect(id);
+    return;
+  }
+  process_lines(peer);
+}
+
+void LineServer::process_lines(Peer& peer) {
+  const uint64_t id = peer.id;
+  std::size_t start = 0;
+  while (!peer.closing) {
+    const std::size_t nl = peer.in.find('\n', start);
+    const std::size_t line_len = (nl == std::string::npos ? peer.in.size() : nl) - start;
+    if (line_len > protocol::kMaxMessageBytes) {
+      spdlog::warn("{}: pid {} sent a line longer than {} bytes; disconnecting", label_, peer.cred.pid,
+                   protocol::kMaxMessageBytes);
+      send(peer, error_reply("message longer than " + std::to_string(protocol::kMaxMessageBytes) + " bytes"));
+      peer.closing = true;
+      break;
+    }
+    if (nl == std::string::npos) break;
+    const std::string line = peer.in.substr(start, nl - start);
+    start = nl + 1;
+    if (!blank(line)) handle_line(peer, line);
+    if (!peers_.count(id)) return;  // the handler or a failed send dropped the peer
+  }
+  peer.in.erase(0, start);
+  if (peer.closing) {
+    peer.in.clear();
+    if (peer.out.empty()) disconnect(id);
+  }
+}
+
+void LineServer::handle_line(Peer& peer, const std::string& line) {
+  nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!request.is_object()) {
+    spdlog::warn("{}: pid {} sent a line that is not a JSON object; disconnecting", label_, peer.cred.pid);
+    send(peer, error_reply("request is not a JSON object"));
+    peer.closing = true;
+    return;
+  }
+  nlohmann::json reply;
+  try {
+    reply = on_request_(peer, request);
+  } catch (const std::exception& e) {  // a handler bug must not take the broker down
+    spdlog::error("{}: internal error handling a request from pid {}: {}", label_, peer.cred.pid, e.what());
+    reply = error_reply(std::string("internal broker error: ") + e.what());
+  }
+  send(peer, reply);
+}
+
+void LineServer::send(Peer& peer, const nlohmann::json& reply) {
+  peer.out += reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  peer.out += '\n';
+  flush(peer);
+}
+
+void LineServer::flush(Peer& peer) {
+  while (!peer.out.empty()) {
+    const ssize_t n = ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      peer.out.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    peer.out.clear();  // the peer is gone; the read side will notice the hang-up
+    peer.closing = true;
+    break;
+  }
+  if (peer.out.size() > kMaxPendingOutput) {
+    spdlog::warn("{}: pid {} does not read its replies; disconnecting", label_, peer.cred.pid);
+    peer.out.clear();
+    peer.closing = true;
+  }
+  const uint32_t want = EPOLLIN | EPOLLRDHUP | (peer.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  loop_.modify(peer.loop_id, want);
+  if (peer.closing && peer.out.empty() && peer.in.empty()) disconnect(peer.id);
+}
+
+void LineServer::disconnect(uint64_t peer_id) {
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return;
+  std::unique_ptr<Peer> peer = std::move(it->second);
+  peers_.erase(it);
+  loop_.remove(peer->loop_id);
+  ::close(peer->fd);
+  if (on_disconnect_) on_disconnect_(*peer);
+}
+
+}  // namespace fracgpu::broker

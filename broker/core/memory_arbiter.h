@@ -1,0 +1,55 @@
+// Memory overcommit on each GPU. A GPU's capacity C (total minus the operator's
+// reserve) is split into the tenants' guaranteed requests R (admission keeps R <= C)
+// and the unguaranteed pool U = C - R. A tenant may always use up to its request
+// (grant >= request at all times, so that needs no broker round trip); above it, it
+// borrows from U through "burst" requests, and the sum of all borrowings
+// (grant - request) never exceeds U. Borrowed memory that is no longer used is
+// reclaimed once per second, and at once when another tenant's burst needs it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fracgpu/tenant_segment.h"
+#include "result.h"
+
+namespace fracgpu::broker {
+
+inline constexpr uint64_t kBurstHeadroom = 256ull << 20;  // extra grant so not every allocation asks
+
+struct ArbiterMember {
+  std::string name;
+  TenantQuota* quota = nullptr;
+  TenantLedger* ledger = nullptr;
+};
+
+class MemoryArbiter {
+ public:
+  MemoryArbiter() = default;
+  // capacity[g] = bytes of GPU g available to tenants (total - reserve).
+  explicit MemoryArbiter(std::vector<uint64_t> capacity) : capacity_(std::move(capacity)) {}
+
+  uint64_t capacity(uint32_t gpu) const { return gpu < capacity_.size() ? capacity_[gpu] : 0; }
+
+  // Raises `who`'s grant on its device `device` (index into its TenantQuota.devices) so
+  // that used + bytes fits, plus headroom when available. Returns the new grant, or the
+  // sentence explaining which limit or which other tenants' memory forbids it.
+  Result<uint64_t> burst(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t device,
+                         uint64_t bytes);
+
+  // Lowers every grant above its request to max(request, used + headroom).
+  void reclaim(std::span<const ArbiterMember> all);
+
+  // Sum of requests on host GPU `gpu`, and of grants above request, optionally skipping one tenant.
+  uint64_t guaranteed_on(std::span<const ArbiterMember> all, uint32_t gpu) const;
+  uint64_t borrowed_on(std::span<const ArbiterMember> all, uint32_t gpu, const TenantQuota* skip) const;
+
+ private:
+  uint64_t grantable(std::span<const ArbiterMember> all, const ArbiterMember& who, const DeviceQuota& q) const;
+  void squeeze_others(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t gpu);
+  std::vector<uint64_t> capacity_;
+};
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,22 @@
+// What the broker tells operators: the TENANT_STATUS / GPU objects of protocol.h (used
+// by `fracgpu status` and `tenant list`) and the Prometheus text exposition served on
+// --metrics-listen. Both are read straight from the live quota and ledger counters.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_inventory.h"
+#include "tenant_registry.h"
+
+namespace fracgpu::broker {
+
+nlohmann::json gpu_json(const GpuInfo& gpu, uint64_t reserve);
+nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve);
+nlohmann::json tenant_status_json(Tenant& tenant);
+
+// Prometheus text format (version 0.0.4) for every tenant and GPU.
+std::string metrics_text(TenantRegistry& registry);
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,209 @@
+// Validation and JSON conversion of tenant definitions. Every accessor checks the JSON
+// type before reading (nlohmann throws on type mismatch, and a throw out of a request
+// handler is exactly what must never take the broker down), and reports the offending
+// field by its path, e.g. "devices[1].memory_limit".
+#include "tenant_spec.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fracgpu::broker {
+namespace {
+
+using nlohmann::json;
+
+const std::set<std::string, std::less<>> kTenantKeys{"name", "devices"};
+const std::set<std::string, std::less<>> kDeviceKeys{"gpu",     "memory_limit",  "memory_request",
+                                                     "compute", "compute_limit", "priority", "uuid"};
+
+Status check_keys(const json& obj, const std::set<std::string, std::less<>>& allowed, const std::string& where) {
+  for (const auto& [key, value] : obj.items()) {
+    if (!allowed.contains(key)) return Status::failure(where + " has an unknown field \"" + key + "\"");
+  }
+  return {};
+}
+
+// Reads an optional unsigned integer field; absent -> `fallback`.
+Result<uint64_t> read_uint(const json& obj, const char* key, const std::string& where, uint64_t min,
+                           uint64_t max, uint64_t fallback) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return fallback;
+  const std::string path = where + "." + key;
+  if (!it->is_number_integer()) return Result<uint64_t>::failure(path + " must be an integer");
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) {
+    return Result<uint64_t>::failure(path + " must not be negative");
+  }
+  const uint64_t v = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+  if (v < min || v > max) {
+    return Result<uint64_t>::failure(path + " must be between " + std::to_string(min) + " and " +
+                                     std::to_string(max) + " (got " + std::to_string(v) + ")");
+  }
+  return v;
+}
+
+Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& dev) {
+  if (auto s = check_keys(d, kDeviceKeys, where); !s) return s;
+  auto limit = read_uint(d, "memory_limit", where, 1, UINT64_MAX, dev.memory_limit);
+  if (!limit) return Status::failure(limit.error());
+  const bool limit_given = d.contains("memory_limit");
+  const uint64_t old_request = dev.memory_request;
+  dev.memory_limit = *limit;
+  auto request = read_uint(d, "memory_request", where, 0, UINT64_MAX,
+                           limit_given && old_request > *limit ? *limit : old_request);
+  if (!request) return Status::failure(request.error());
+  dev.memory_request = *request;
+  if (dev.memory_request > dev.memory_limit) {
+    return Status::failure(where + ".memory_request (" + std::to_string(dev.memory_request) +
+                           ") must not exceed memory_limit (" + std::to_string(dev.memory_limit) + ")");
+  }
+  auto compute = read_uint(d, "compute", where, 1, kMaxComputeWeight, dev.compute);
+  if (!compute) return Status::failure(compute.error());
+  dev.compute = static_cast<uint32_t>(*compute);
+  auto ceiling = read_uint(d, "compute_limit", where, 0, 100, dev.compute_limit);
+  if (!ceiling) return Status::failure(ceiling.error());
+  dev.compute_limit = static_cast<uint32_t>(*ceiling);
+  if (auto it = d.find("priority"); it != d.end()) {
+    if (!it->is_string()) return Status::failure(where + ".priority must be \"high\", \"normal\" or \"low\"");
+    auto p = parse_priority(it->get<std::string>());
+    if (!p) return Status::failure(where + ".priority: " + p.error());
+    dev.priority = *p;
+  }
+  if (auto it = d.find("uuid"); it != d.end()) {
+    if (!it->is_string() || it->get<std::string>().size() >= kUuidSize) {
+      return Status::failure(where + ".uuid must be a GPU UUID string");
+    }
+    dev.uuid = it->get<std::string>();
+  }
+  return {};
+}
+
+Result<uint32_t> read_gpu_index(const json& d, const std::string& where) {
+  if (!d.is_object()) return Result<uint32_t>::failure(where + " must be an object");
+  if (!d.contains("gpu")) return Result<uint32_t>::failure(where + " needs a \"gpu\" index");
+  auto gpu = read_uint(d, "gpu", where, 0, kMaxDevices - 1, 0);
+  if (!gpu) return Result<uint32_t>::failure(gpu.error());
+  return static_cast<uint32_t>(*gpu);
+}
+
+Result<std::string> read_name(const json& j) {
+  auto it = j.find("name");
+  if (it == j.end() || !it->is_string()) return Result<std::string>::failure("tenant \"name\" must be a string");
+  const std::string name = it->get<std::string>();
+  if (auto s = validate_tenant_name(name); !s) return Result<std::string>::failure(s.error());
+  return name;
+}
+
+}  // namespace
+
+const DeviceSpec* TenantSpec::find_gpu(uint32_t gpu) const {
+  for (const auto& d : devices) {
+    if (d.gpu == gpu) return &d;
+  }
+  return nullptr;
+}
+
+Status validate_tenant_name(std::string_view name) {
+  auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  const std::string shown = "tenant name \"" + std::string(name.substr(0, 80)) + "\"";
+  const std::string rule = " (use 1-63 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit)";
+  if (name.empty() || name.size() > kTenantNameSize - 1) return Status::failure(shown + " has a bad length" + rule);
+  if (!lower_alnum(name.front())) return Status::failure(shown + " must start with a lowercase letter or digit" + rule);
+  for (char c : name) {
+    if (!lower_alnum(c) && c != '.' && c != '_' && c != '-') {
+      return Status::failure(shown + " contains a character that is not allowed" + rule);
+    }
+  }
+  return {};
+}
+
+const char* priority_name(PriorityClass p) {
+  switch (p) {
+    case PriorityClass::kHigh: return "high";
+    case PriorityClass::kLow: return "low";
+    case PriorityClass::kNormal: break;
+  }
+  return "normal";
+}
+
+Result<PriorityClass> parse_priority(std::string_view text) {
+  if (text == "high") return PriorityClass::kHigh;
+  if (text == "normal") return PriorityClass::kNormal;
+  if (text == "low") return PriorityClass::kLow;
+  return Result<PriorityClass>::failure("priority \"" + std::string(text.substr(0, 40)) +
+                                        "\" is not one of high, normal, low");
+}
+
+Result<TenantSpec> tenant_spec_from_json(const json& j) {
+  if (!j.is_object()) return Result<TenantSpec>::failure("\"tenant\" must be an object");
+  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s) return Result<TenantSpec>::failure(s.error());
+  auto name = read_name(j);
+  if (!name) return Result<TenantSpec>::failure(name.error());
+  auto devs = j.find("devices");
+  if (devs == j.end() || !devs->is_array() || devs->empty() || devs->size() > kMaxDevices) {
+    return Result<TenantSpec>::failure("tenant \"devices\" must be an array of 1 to 16 GPU entries");
+  }
+  TenantSpec spec;
+  spec.name = *name;
+  for (std::size_t i = 0; i < devs->size(); ++i) {
+    const std::string where = "devices[" + std::to_string(i) + "]";
+    auto gpu = read_gpu_index((*devs)[i], where);
+    if (!gpu) return Result<TenantSpec>::failure(gpu.error());
+    if (spec.find_gpu(*gpu)) return Result<TenantSpec>::failure("GPU " + std::to_string(*gpu) + " is listed twice");
+    if (!(*devs)[i].contains("memory_limit")) return Result<TenantSpec>::failure(where + " needs \"memory_limit\"");
+    DeviceSpec dev;
+    dev.gpu = *gpu;
+    auto limit = read_uint((*devs)[i], "memory_limit", where, 1, UINT64_MAX, 0);
+    if (!limit) return Result<TenantSpec>::failure(limit.error());
+    dev.memory_request = *limit;
+    if (auto s = apply_device_fields((*devs)[i], where, dev); !s) return Result<TenantSpec>::failure(s.error());
+    spec.devices.push_back(dev);
+  }
+  return spec;
+}
+
+Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const json& j) {
+  if (!j.is_object()) return Result<TenantSpec>::failure("\"tenant\" must be an object");
+  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s) return Result<TenantSpec>::failure(s.error());
+  TenantSpec spec = current;
+  auto devs = j.find("devices");
+  if (devs == j.end()) return spec;
+  if (!devs->is_array() || devs->size() > kMaxDevices) {
+    return Result<TenantSpec>::failure("tenant \"devices\" must be an array of at most 16 GPU entries");
+  }
+  for (std::size_t i = 0; i < devs->size(); ++i) {
+    const std::string where = "devices[" + std::to_string(i) + "]";
+    auto gpu = read_gpu_index((*devs)[i], where);
+    if (!gpu) return Result<TenantSpec>::failure(gpu.error());
+    auto it = std::find_if(spec.devices.begin(), spec.devices.end(), [&](const DeviceSpec& d) { return d.gpu == *gpu; });
+    if (it == spec.devices.end()) {
+      if (!(*devs)[i].contains("memory_limit")) {
+        return Result<TenantSpec>::failure(where + " adds GPU " + std::to_string(*gpu) + " and so needs \"memory_limit\"");
+      }
+      if (spec.devices.size() >= kMaxDevices) return Result<TenantSpec>::failure("a tenant can use at most 16 GPUs");
+      DeviceSpec dev;
+      dev.gpu = *gpu;
+      dev.memory_request = UINT64_MAX;  // a new GPU's request defaults to its limit
+      spec.devices.push_back(dev);
+      it = spec.devices.end() - 1;
+    }
+    if (auto s = apply_device_fields((*devs)[i], where, *it); !s) return Result<TenantSpec>::failure(s.error());
+  }
+  return spec;
+}
+
+nlohmann::json tenant_spec_to_json(const TenantSpec& spec) {
+  json devices = json::array();
+  for (const auto& d : spec.devices) {
+    json dj = {{"gpu", d.gpu},
+               {"memory_limit", d.memory_limit},
+               {"memory_request", d.memory_request},
+               {"compute", d.compute},
+               {"compute_limit", d.compute_limit},
+               {"priority", priority_name(d.priority)}};
+    if (!d.uuid.empty()) dj["uuid"] = d.uuid;
+    devices.push_back(std::move(dj));
+  }
+  return {{"name", spec.name}, {"devices", std::move(devices)}};
+}
+
+}  // namespace fracgpu::broker

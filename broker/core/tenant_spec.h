@@ -1,0 +1,60 @@
+// What a tenant is, independent of where it lives: its validated name and, per GPU,
+// the memory limit/request and the compute share/ceiling/priority. Conversions from
+// and to the JSON of protocol.h (TENANT) live here too, with strict validation: every
+// field is type- and range-checked and unknown fields are refused, because a typo such
+// as "memory_limt" silently ignored would create a tenant without the intended cap.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fracgpu/tenant_segment.h"
+#include "result.h"
+
+namespace fracgpu::broker {
+
+inline constexpr uint32_t kDefaultComputeWeight = 100;
+inline constexpr uint32_t kMaxComputeWeight = 10000;  // DeviceQuota.compute_weight range
+
+struct DeviceSpec {
+  uint32_t gpu = 0;             // host GPU index
+  uint64_t memory_limit = 0;    // hard cap, bytes (> 0)
+  uint64_t memory_request = 0;  // guaranteed bytes, <= memory_limit
+  uint32_t compute = kDefaultComputeWeight;  // weight 1..10000 (the CLI offers 1..100)
+  uint32_t compute_limit = 0;                // ceiling in percent, 0 = none
+  PriorityClass priority = PriorityClass::kNormal;
+  std::string uuid;  // the GPU's UUID when the tenant was admitted (persisted)
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+struct TenantSpec {
+  std::string name;
+  std::vector<DeviceSpec> devices;  // order = TenantQuota.devices order
+  bool operator==(const TenantSpec&) const = default;
+  const DeviceSpec* find_gpu(uint32_t gpu) const;
+};
+
+// Empty when the name is valid ([a-z0-9][a-z0-9._-]{0,62}), else the reason.
+Status validate_tenant_name(std::string_view name);
+
+const char* priority_name(PriorityClass p);
+Result<PriorityClass> parse_priority(std::string_view text);
+
+// TENANT JSON -> spec, for "create": name and devices[] (each with gpu and
+// memory_limit) are required; memory_request defaults to memory_limit.
+Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
+
+// Applies a partial TENANT (for "update") to an existing spec: devices are matched by
+// "gpu"; given fields replace old ones; a GPU not yet in the spec is appended (and then
+// needs memory_limit). A memory_request not given keeps its old value, lowered to the
+// new limit when that is smaller.
+Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const nlohmann::json& j);
+
+// spec -> TENANT JSON (also the persisted form; includes "uuid" per device).
+nlohmann::json tenant_spec_to_json(const TenantSpec& spec);
+
+}  // namespace fracgpu::broker
