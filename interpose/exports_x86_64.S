@@ -6,7 +6,7 @@
  * through a slot holding the real driver's function. The slot is filled on first call
  * by fracgpu_resolve_forwarder, with every argument register saved around it, so
  * forwarders work for any signature without being typed anywhere.
- * dlopen: asks fracgpu_dlopen_redirect whether the name is the CUDA driver; if not,
+ * dlopen / dlsym: ask fracgpu_dlopen_redirect / fracgpu_dlsym_redirect whether the name is the CUDA driver; if not,
  * tail-jumps to glibc's dlopen with the caller's return address intact.
  * No '#' comments here: this file goes through the C preprocessor. */
 
@@ -105,5 +105,24 @@ dlopen:
     jmp *fracgpu_real_dlopen_fn(%rip)
 2:  ret
     .size dlopen, .-dlopen
+
+/* dlsym(handle, name): our NVML wrappers for the names we answer, else glibc's dlsym
+ * (tail jump: RTLD_NEXT keeps resolving relative to the real caller). */
+    .globl dlsym
+    .type dlsym, @function
+    .p2align 4
+dlsym:
+    pushq %rdi
+    pushq %rsi
+    subq $8, %rsp
+    call fracgpu_dlsym_redirect
+    addq $8, %rsp
+    popq %rsi
+    popq %rdi
+    testq %rax, %rax
+    jnz 3f
+    jmp *fracgpu_real_dlsym_fn(%rip)
+3:  ret
+    .size dlsym, .-dlsym
 
     .section .note.GNU-stack, "", @progbits

@@ -12,6 +12,7 @@
 #include "broker_connection.h"
 #include "fracgpu/tenant_segment.h"
 #include "memory_ledger.h"
+#include "tenant_view.h"
 
 namespace fracgpu {
 
@@ -28,6 +29,9 @@ class TenantSession {
   MemoryLedger& ledger() { return ledger_; }
   const TenantQuota* quota() const { return quota_; }
   const std::string& tenant() const { return tenant_; }
+  std::optional<DeviceMemoryView> memory_view(const char* uuid) const {
+    return attached() ? device_memory_view(*quota_, *ledger_map_, uuid) : std::nullopt;
+  }
   uint32_t slot() const { return slot_; }
 
   // In a child after fork(): drop the parent's connection; the child registers as a

@@ -21,10 +21,12 @@ std::set<std::string> dynamic_exports(const std::string& library) {
   return names;
 }
 
-TEST(ShimBinary, ExportsExactlyTheDriverApiAndDlopen) {
+TEST(ShimBinary, ExportsExactlyTheDriverApiTheRedirectsAndTheNvmlHooks) {
   std::set<std::string> expected = testing::def_first_args(FRACGPU_DRIVER_EXPORTS_DEF, "FRACGPU_DRIVER_SYMBOL");
   for (const HookInfo& info : kHookCatalog) expected.insert(std::string(info.symbol));
+  for (const auto& name : testing::def_first_args(FRACGPU_NVML_HOOKS_DEF, "FRACGPU_NVML_HOOK")) expected.insert(name);
   expected.insert("dlopen");
+  expected.insert("dlsym");
   std::set<std::string> actual = dynamic_exports(FRACGPU_SHIM_PATH);
   ASSERT_FALSE(actual.empty()) << "nm found no exports in " << FRACGPU_SHIM_PATH;
   for (const auto& name : expected) EXPECT_TRUE(actual.count(name)) << "missing export " << name;
