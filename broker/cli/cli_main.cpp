@@ -33,8 +33,7 @@ void define_run(CLI::App& app, Commands& c) {
   c.run_cmd = app.add_subcommand("run", "Run a command as a tenant with a GPU memory cap and compute share");
   cli::add_quota_flags(*c.run_cmd, c.run.quota, /*memory_required=*/true);
   c.run_cmd->add_option("--name", c.run.name, "Tenant name (default run-<pid>)");
-  c.run_cmd->add_option("command", c.run.command, "The command and its arguments, after --");
-  c.run_cmd->prefix_command();  // everything from the command on belongs to the command
+  c.run_cmd->footer("Usage: fracgpu run --memory SIZE [options] [--] CMD [ARGS...]");
 }
 
 void define_tenant(CLI::App& app, Commands& c) {
@@ -82,8 +81,10 @@ int main(int argc, char** argv) {
   c.broker_cmd = app.add_subcommand("broker", "Run the node broker in the foreground");
   broker::add_broker_options(*c.broker_cmd, c.broker, /*with_run_dir=*/false);
   define_tenant(app, c);
+  const cli::RunSplit split = cli::split_run_command(app, *c.run_cmd, argc, argv);
+  c.run.command = split.command;
   try {
-    app.parse(argc, argv);
+    app.parse(split.parse_argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -91,3 +91,44 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
 }
 
 }  // namespace fracgpu::cli
+
+namespace fracgpu::cli {
+namespace {
+
+// True when the word is an option of `app` (or `fallback`) that takes a separate value.
+bool takes_separate_value(CLI::App& app, CLI::App* fallback, const std::string& word) {
+  if (word.find('=') != std::string::npos) return false;
+  const CLI::Option* opt = app.get_option_no_throw(word);
+  if (opt == nullptr && fallback != nullptr) opt = fallback->get_option_no_throw(word);
+  return opt != nullptr && opt->get_type_size_max() > 0;
+}
+
+}  // namespace
+
+RunSplit split_run_command(CLI::App& app, CLI::App& run, int argc, const char* const* argv) {
+  RunSplit split{argc, {}};
+  int i = 1;
+  // Global options, up to the subcommand.
+  while (i < argc && argv[i][0] == '-' && std::string(argv[i]) != "--") {
+    i += takes_separate_value(app, nullptr, argv[i]) ? 2 : 1;
+  }
+  if (i >= argc || std::string(argv[i]) != run.get_name()) return split;
+  for (++i; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") {
+      split.parse_argc = i;
+      split.command.assign(argv + i + 1, argv + argc);
+      return split;
+    }
+    if (word.size() > 1 && word[0] == '-') {
+      if (takes_separate_value(run, &app, word)) ++i;
+      continue;
+    }
+    split.parse_argc = i;
+    split.command.assign(argv + i, argv + argc);
+    return split;
+  }
+  return split;
+}
+
+}  // namespace fracgpu::cli

@@ -42,3 +42,17 @@ Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector
 Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given);
 
 }  // namespace fracgpu::cli
+
+namespace fracgpu::cli {
+
+// `fracgpu [global opts] run [run opts] [--] CMD ARGS...`: where CMD starts, found by
+// walking the options of `app` and `run` (so that an option's value is never taken for
+// the command). CLI11 then parses argv[0, parse_argc) only, and the command's own flags
+// (python -c, --run-dir of a nested fracgpu...) can never be mistaken for ours.
+struct RunSplit {
+  int parse_argc = 0;
+  std::vector<std::string> command;
+};
+RunSplit split_run_command(CLI::App& app, CLI::App& run, int argc, const char* const* argv);
+
+}  // namespace fracgpu::cli
