@@ -8,7 +8,7 @@
 //            compare-and-swap here, with no syscall and no socket round trip.
 // A tenant maps only its own files, never another tenant's.
 //
-// Rules that make the counters exact (see docs/design/memory-ledger.md):
+// Rules that make the counters exact (see docs/design.md, "The memory ledger"):
 //  * reserve n on device d: ProcessSlot.used[d] += n first, then CAS
 //    DeviceUsage.used from u to u+n only while u+n <= DeviceQuota.memory_grant;
 //    on failure undo the slot add. Release: DeviceUsage.used -= n, then slot -= n.
