@@ -66,6 +66,25 @@ int dispatch(Commands& c) {
   return cli::kExitUsage;
 }
 
+// CLI11 reports an unknown command word as "A subcommand is required"; name the word.
+std::string explain(CLI::App& app, const CLI::ParseError& e) {
+  CLI::App* level = &app;
+  for (CLI::App* sub = &app; sub != nullptr;) {
+    level = sub;
+    auto parsed = sub->get_subcommands();
+    sub = parsed.empty() ? nullptr : parsed.front();
+  }
+  const auto extra = level->remaining();
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && !extra.empty()) {
+    std::string names;
+    for (const CLI::App* s : level->get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    return "unknown command '" + extra.front() + "'" + (names.empty() ? "" : " (commands: " + names + ")");
+  }
+  return e.what();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +109,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "fracgpu: %s (see fracgpu --help)\n", e.what());
+    std::fprintf(stderr, "fracgpu: %s (see fracgpu --help)\n", explain(app, e).c_str());
     return cli::kExitUsage;
   }
   return dispatch(c);

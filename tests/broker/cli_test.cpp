@@ -1,0 +1,155 @@
+// The fracgpu CLI as a user runs it: one-line errors and exit status 2 for bad input
+// before anything starts, refusals from the broker (cap larger than the GPU, no GPU),
+// the command's own exit status, and no tenant or temporary directory left behind —
+// with the node broker and with a private one.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+
+#include "broker_harness.h"
+
+namespace fracgpu::test {
+namespace {
+
+std::size_t lines(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override { FRACGPU_REQUIRE_FAKE_DRIVER(); }
+
+  ProcessResult fracgpu(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    args.insert(args.begin(), FRACGPU_TEST_CLI_BIN);
+    env.emplace("FRACGPU_SHIM", FRACGPU_TEST_SHIM);
+    env.emplace("FRACGPU_RUN_DIR", (scratch.path() / "no-broker").string());
+    return run_process(args, env);
+  }
+
+  void expect_usage_error(const std::vector<std::string>& args, const std::string& fragment) {
+    auto r = fracgpu(args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("fracgpu: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+
+  TempDir scratch;
+};
+
+TEST_F(CliTest, BadInputIsOneLineAndStartsNothing) {
+  const std::string marker = (scratch.path() / "ran").string();
+  const std::vector<std::string> cmd = {"--", "/bin/sh", "-c", "touch " + marker};
+  auto with = [&](std::vector<std::string> head) {
+    head.insert(head.end(), cmd.begin(), cmd.end());
+    return head;
+  };
+  expect_usage_error(with({"run", "--memory", "12XB"}), "unknown unit");
+  expect_usage_error(with({"run", "--memory", "-1GiB"}), "negative");
+  expect_usage_error(with({"run", "--memory", "0"}), "larger than zero");
+  expect_usage_error(with({"run", "--memory", "99999999999TiB"}), "too large");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--compute", "101"}), "--compute");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--priority", "urgent"}), "priority");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--memory-request", "2GiB"}), "larger than --memory");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--name", "Bad Name"}), "tenant name");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--frobnicate"}), "--frobnicate");
+  expect_usage_error(with({"run"}), "--memory is required");
+  expect_usage_error({"run", "--memory", "1GiB"}, "missing the command");
+  expect_usage_error({"run", "--memory", "1GiB", "--"}, "missing the command");
+  expect_usage_error({"bogus"}, "bogus");
+  expect_usage_error({}, "subcommand");
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  auto env = broker.env();
+  auto r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "exit 7"}, env);
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  auto list = broker.admin({{"op", "list"}});
+  ASSERT_TRUE(list);
+  EXPECT_TRUE((*list)["tenants"].empty()) << list->dump();
+
+  // The command sees the shim preloaded and its own tenant socket.
+  r = fracgpu({"run", "--memory", "1GiB", "--name", "probe", "/bin/sh", "-c", "echo $LD_PRELOAD; echo $FRACGPU_SOCKET"},
+              env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(FRACGPU_TEST_SHIM), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find((broker.tenant_dir("probe") / "broker.sock").string()), std::string::npos) << r.out;
+
+  r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "kill -9 $$"}, env);
+  EXPECT_EQ(r.status, 128 + 9);
+  r = fracgpu({"run", "--memory", "1GiB", "--", "/nonexistent/cmd"}, env);
+  EXPECT_EQ(r.status, 127);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].empty());
+}
+
+TEST_F(CliTest, CapLargerThanGpuIsRefused) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  const std::string marker = (scratch.path() / "ran").string();
+  auto r = fracgpu({"run", "--memory", "17GiB", "--", "/bin/sh", "-c", "touch " + marker}, broker.env());
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("larger than GPU 0's capacity"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_F(CliTest, PrivateBrokerWhenNoneRuns) {
+  const auto tmp = scratch.path() / "tmp";
+  std::filesystem::create_directories(tmp);
+  std::map<std::string, std::string> env = {{"FRACGPU_REAL_DRIVER", FRACGPU_TEST_FAKE_DRIVER},
+                                            {"FAKECUDA_SHM_NAME", "/fgb-cli-" + std::to_string(::getpid())},
+                                            {"FAKECUDA_MEMORY", "16GiB"},
+                                            {"TMPDIR", tmp.string()}};
+  auto r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "test -S \"$FRACGPU_SOCKET\" && exit 7"}, env);
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp));  // the private broker's directory is gone
+  r = fracgpu({"run", "--memory", "20GiB", "--", "true"}, env);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("capacity"), std::string::npos) << r.err;
+  ::shm_unlink(env["FAKECUDA_SHM_NAME"].c_str());
+}
+
+TEST_F(CliTest, NoGpuSaysSoClearly) {
+  auto r = fracgpu({"run", "--memory", "1GiB", "--", "true"}, {{"FRACGPU_REAL_DRIVER", "/nonexistent/libcuda.so.1"}});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no NVIDIA GPU or CUDA driver found"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, StatusAndTenantCommands) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  auto env = broker.env();
+  auto r = fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--memory-request", "1GiB", "--compute", "30%"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = fracgpu({"tenant", "update", "web", "--memory", "3GiB"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = fracgpu({"status"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("web"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 GiB"), std::string::npos) << r.out;
+  r = fracgpu({"status", "--json"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["tenants"][0]["devices"][0]["memory_request"], kGiB);
+  r = fracgpu({"tenant", "list"}, env);
+  EXPECT_NE(r.out.find("web"), std::string::npos);
+  r = fracgpu({"tenant", "delete", "web"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = fracgpu({"tenant", "delete", "web"}, env);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(lines(r.err), 1u);
+  r = fracgpu({"status"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("no fracgpu broker"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fracgpu::test

@@ -1,0 +1,123 @@
+// Tenant names and the TENANT JSON: defaults (request = limit), strict types and
+// ranges, unknown fields refused, and partial updates.
+#include <gtest/gtest.h>
+
+#include "core/tenant_spec.h"
+
+namespace fracgpu::broker {
+namespace {
+
+using nlohmann::json;
+
+TEST(TenantName, Valid) {
+  for (const char* name : {"a", "0", "run-1234", "team.a_b-c", "x0123456789012345678901234567890123456789012345678901234567890y"}) {
+    EXPECT_TRUE(validate_tenant_name(name).ok()) << name;
+  }
+}
+
+TEST(TenantName, Invalid) {
+  const std::string too_long(64, 'a');
+  for (const std::string& name : {std::string(), too_long, std::string("A"), std::string("-a"), std::string(".a"),
+                                  std::string("_a"), std::string("a/b"), std::string("a b"), std::string("ä"),
+                                  std::string("a\nb"), std::string(".."), std::string("Tenant")}) {
+    EXPECT_FALSE(validate_tenant_name(name).ok()) << name;
+  }
+  EXPECT_TRUE(validate_tenant_name(std::string(63, 'a')).ok());
+}
+
+TEST(TenantSpecJson, DefaultsRequestToLimit) {
+  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1000}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  ASSERT_EQ(spec->devices.size(), 1u);
+  EXPECT_EQ(spec->devices[0].memory_limit, 1000u);
+  EXPECT_EQ(spec->devices[0].memory_request, 1000u);
+  EXPECT_EQ(spec->devices[0].compute, 100u);
+  EXPECT_EQ(spec->devices[0].compute_limit, 0u);
+  EXPECT_EQ(spec->devices[0].priority, PriorityClass::kNormal);
+}
+
+TEST(TenantSpecJson, AllFields) {
+  auto spec = tenant_spec_from_json(json::parse(
+      R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"memory_request":0,"compute":30,"compute_limit":50,"priority":"high"}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  const DeviceSpec& d = spec->devices[0];
+  EXPECT_EQ(d.gpu, 1u);
+  EXPECT_EQ(d.memory_request, 0u);
+  EXPECT_EQ(d.compute, 30u);
+  EXPECT_EQ(d.compute_limit, 50u);
+  EXPECT_EQ(d.priority, PriorityClass::kHigh);
+}
+
+TEST(TenantSpecJson, RejectsBadInput) {
+  const char* bad[] = {
+      R"([])",
+      R"({"devices":[{"gpu":0,"memory_limit":1}]})",
+      R"({"name":"A","devices":[{"gpu":0,"memory_limit":1}]})",
+      R"({"name":"a"})",
+      R"({"name":"a","devices":[]})",
+      R"({"name":"a","devices":{}})",
+      R"({"name":"a","devices":[{"memory_limit":1}]})",
+      R"({"name":"a","devices":[{"gpu":0}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":0}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":-5}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":"1GiB"}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":1.5}]})",
+      R"({"name":"a","devices":[{"gpu":-1,"memory_limit":1}]})",
+      R"({"name":"a","devices":[{"gpu":16,"memory_limit":1}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"memory_request":11}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"compute":0}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"compute":10001}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"compute_limit":101}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"priority":"urgent"}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"priority":2}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10,"memory_limt":5}]})",
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":10},{"gpu":0,"memory_limit":10}]})",
+      R"({"name":"a","extra":1,"devices":[{"gpu":0,"memory_limit":10}]})",
+  };
+  for (const char* text : bad) {
+    auto spec = tenant_spec_from_json(json::parse(text));
+    EXPECT_FALSE(spec.ok()) << text;
+    if (!spec.ok()) {
+      EXPECT_FALSE(spec.error().empty());
+    }
+  }
+}
+
+TEST(TenantSpecJson, RoundTrip) {
+  auto spec = tenant_spec_from_json(json::parse(
+      R"({"name":"c","devices":[{"gpu":0,"memory_limit":100,"memory_request":50,"compute":7,"priority":"low","uuid":"GPU-1"},{"gpu":2,"memory_limit":9}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  auto again = tenant_spec_from_json(tenant_spec_to_json(*spec));
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(*spec, *again);
+}
+
+TEST(TenantUpdate, ChangesOnlyGivenFields) {
+  auto spec = tenant_spec_from_json(json::parse(
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":100,"memory_request":60,"compute":30}]})"));
+  ASSERT_TRUE(spec.ok());
+  auto updated = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":200}]})"));
+  ASSERT_TRUE(updated.ok()) << updated.error();
+  EXPECT_EQ(updated->devices[0].memory_limit, 200u);
+  EXPECT_EQ(updated->devices[0].memory_request, 60u);  // kept
+  EXPECT_EQ(updated->devices[0].compute, 30u);         // kept
+
+  auto lowered = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":40}]})"));
+  ASSERT_TRUE(lowered.ok()) << lowered.error();
+  EXPECT_EQ(lowered->devices[0].memory_request, 40u);  // follows a limit that drops below it
+}
+
+TEST(TenantUpdate, AddsGpusAndValidates) {
+  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
+  ASSERT_TRUE(spec.ok());
+  auto added = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":1,"memory_limit":7}]})"));
+  ASSERT_TRUE(added.ok()) << added.error();
+  ASSERT_EQ(added->devices.size(), 2u);
+  EXPECT_EQ(added->devices[1].memory_request, 7u);
+  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":1}]})")).ok());
+  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_request":101}]})")).ok());
+  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"compute":"x"}]})")).ok());
+}
+
+}  // namespace
+}  // namespace fracgpu::broker
