@@ -17,7 +17,11 @@
 //    DeviceUsage.used = sum of live slots with a CAS (retried until it sticks); the
 //    order above makes that recomputation err only on the safe (over-counting) side.
 //  * the broker raises memory_grant (burst, up to memory_limit) on request and lowers
-//    it only down to max(memory_request, used).
+//    it only down to max(memory_request, used): it stores the lower grant, re-reads
+//    used and raises the grant back over it. So after a successful CAS the process
+//    re-reads memory_grant and undoes the reservation if u+n no longer fits (all
+//    seq_cst): either the broker sees the new used or the process sees the new grant.
+//  * DeviceUsage.oom_events is counted by the processes, burst_requests by the broker.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
