@@ -64,7 +64,7 @@ TEST_P(ShimRoutes, ReachesTheShimAndKeepsTheDriversResults) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRoutes, ShimRoutes, ::testing::ValuesIn(all_routes()),
-                         [](const auto& info) { return info.param.label; });
+                         [](const auto& test_info) { return test_info.param.label; });
 
 using ShimBehaviour = ShimFixture;
 

@@ -27,7 +27,7 @@ struct DriverApi {
   PFN_cuMemcpyDtoH_v3020 cuMemcpyDtoH = nullptr;
   PFN_cuMemcpyHtoDAsync_v3020 cuMemcpyHtoDAsync = nullptr;
   PFN_cuMemsetD32Async_v3020 cuMemsetD32Async = nullptr;
-  PFN_cuModuleLoadData_v2010 cuModuleLoadData = nullptr;
+  PFN_cuModuleLoadData_v2000 cuModuleLoadData = nullptr;
   PFN_cuModuleGetFunction_v2000 cuModuleGetFunction = nullptr;
   PFN_cuLaunchKernel_v4000 cuLaunchKernel = nullptr;
   PFN_cuStreamCreate_v2000 cuStreamCreate = nullptr;

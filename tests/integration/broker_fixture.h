@@ -1,0 +1,104 @@
+// A node broker of our own for integration tests: a private run/state directory, the
+// real fracgpu-broker binary over a private simulated GPU, tenants created through the
+// real CLI, and the tenant's ledger mapped read-only so tests can watch its counters.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include "fracgpu/tenant_segment.h"
+#include "shim_fixture.h"
+
+namespace fracgpu::testing {
+
+class BrokerFixture : public ShimFixture {
+ protected:
+  void SetUp() override {
+    ShimFixture::SetUp();
+    base_env_["FAKECUDA_MEMORY"] = "4GiB";
+    base_env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
+    start_broker();
+  }
+  void TearDown() override {
+    broker_.reset();
+    ShimFixture::TearDown();
+  }
+
+  std::string run_dir() const { return dir_.path() + "/run"; }
+  std::string state_dir() const { return dir_.path() + "/state"; }
+  std::string tenant_socket(const std::string& name) const { return run_dir() + "/tenants/" + name + "/broker.sock"; }
+
+  void start_broker() {
+    broker_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", state_dir(), "--driver",
+                                 FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto"},
+        base_env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (access((run_dir() + "/admin.sock").c_str(), F_OK) != 0 || !admin_answers()) {
+      ASSERT_TRUE(broker_->running()) << "broker exited: " << broker_->err();
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "broker did not come up";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void kill_broker() {
+    broker_->kill_now(SIGKILL);
+    broker_->wait(std::chrono::seconds(5));
+  }
+
+  bool admin_answers() { return cli({"tenant", "list"}).exit_code == 0; }
+
+  ProcessResult cli(std::vector<std::string> args) {
+    args.insert(args.begin(), {FRACGPU_CLI, "--run-dir", run_dir()});
+    return run_process(args, base_env_, std::chrono::seconds(30));
+  }
+
+  void create_tenant(const std::string& name, const std::string& memory, const std::string& request = "") {
+    std::vector<std::string> args = {"tenant", "create", name, "--memory", memory, "--gpu", "0"};
+    if (!request.empty()) args.insert(args.end(), {"--memory-request", request});
+    ProcessResult r = cli(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+
+  // Environment of a process of tenant `name` (shim preloaded, registered through its socket).
+  Environment tenant_env(const std::string& name) const {
+    Environment env = shim_env();
+    env["FRACGPU_SOCKET"] = tenant_socket(name);
+    return env;
+  }
+
+  // The tenant's ledger, mapped read-only.
+  const TenantLedger* ledger(const std::string& name) {
+    const std::string path = run_dir() + "/tenants/" + name + "/ledger";
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) return nullptr;
+    void* p = mmap(nullptr, sizeof(TenantLedger), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? nullptr : static_cast<const TenantLedger*>(p);
+  }
+
+  // Polls until `predicate` holds or `limit` passes; returns the time it took.
+  template <typename Predicate>
+  std::chrono::milliseconds wait_until(Predicate predicate, std::chrono::milliseconds limit) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!predicate() && std::chrono::steady_clock::now() - start < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  }
+
+  TempDir dir_{"broker"};
+  std::unique_ptr<BackgroundProcess> broker_;
+  int broker_starts_ = 0;
+};
+
+inline constexpr uint64_t kMiB = 1ull << 20;
+inline constexpr uint64_t kGiB = 1ull << 30;
+
+}  // namespace fracgpu::testing

@@ -1,0 +1,252 @@
+// fracgpu-alloc-client: device-memory workloads for the quota tests, run with the shim
+// preloaded over the simulated GPU (or a real one). Prints one JSON line.
+//
+//   fill --chunk BYTES            allocate until refused; report what fit, what
+//                                 cuMemGetInfo says, and whether a freed chunk can be
+//                                 allocated again
+//   storm --chunk BYTES --ms N    allocate/free at random for N ms, holding what fits
+//   hold --bytes N                allocate N bytes, print, then sleep until killed
+//   routes --bytes N              every allocation route once: charge and release
+//   info                          cuMemGetInfo / cuDeviceTotalMem
+#include <cuda.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Args {
+  std::string mode;
+  uint64_t chunk = 1 << 20;
+  uint64_t bytes = 64 << 20;
+  int ms = 1000;
+};
+
+[[noreturn]] void die(const char* what, CUresult rc) {
+  const char* name = "?";
+  cuGetErrorName(rc, &name);
+  std::printf("{\"error\":\"%s: %s\"}\n", what, name);
+  std::exit(1);
+}
+
+#define CHECK(call)                                 \
+  do {                                              \
+    CUresult rc_ = (call);                          \
+    if (rc_ != CUDA_SUCCESS) die(#call, rc_);       \
+  } while (0)
+
+Args parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: fracgpu-alloc-client fill|storm|hold|routes|info [options]\n");
+    std::exit(2);
+  }
+  a.mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    uint64_t v = std::strtoull(argv[i + 1], nullptr, 0);
+    if (k == "--chunk") a.chunk = v;
+    else if (k == "--bytes") a.bytes = v;
+    else if (k == "--ms") a.ms = static_cast<int>(v);
+  }
+  return a;
+}
+
+CUdevice start() {
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  return dev;
+}
+
+int fill(const Args& a) {
+  start();
+  std::vector<CUdeviceptr> held;
+  uint64_t total = 0;
+  CUresult refused = CUDA_SUCCESS;
+  for (;;) {
+    CUdeviceptr p = 0;
+    refused = cuMemAlloc(&p, a.chunk);
+    if (refused != CUDA_SUCCESS) break;
+    held.push_back(p);
+    total += a.chunk;
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK(cuMemGetInfo(&free_bytes, &total_bytes));
+  bool again = false;
+  if (!held.empty()) {
+    CHECK(cuMemFree(held.back()));
+    held.pop_back();
+    CUdeviceptr p = 0;
+    again = cuMemAlloc(&p, a.chunk) == CUDA_SUCCESS;
+    if (again) held.push_back(p);
+  }
+  for (CUdeviceptr p : held) CHECK(cuMemFree(p));
+  const char* name = "?";
+  cuGetErrorName(refused, &name);
+  std::printf("{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"info_free\":%zu,\"again\":%s}\n",
+              static_cast<unsigned long long>(total), name, total_bytes, free_bytes, again ? "true" : "false");
+  return 0;
+}
+
+int storm(const Args& a) {
+  start();
+  std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
+  std::vector<CUdeviceptr> held;
+  uint64_t allocs = 0, refusals = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.ms);
+  while (std::chrono::steady_clock::now() < end) {
+    CUdeviceptr p = 0;
+    const uint64_t size = a.chunk / 2 + rng() % a.chunk;
+    if (cuMemAlloc(&p, size) == CUDA_SUCCESS) {
+      held.push_back(p);
+      ++allocs;
+    } else {
+      ++refusals;
+    }
+    if (!held.empty() && rng() % 3 == 0) {
+      std::swap(held[rng() % held.size()], held.back());
+      CHECK(cuMemFree(held.back()));
+      held.pop_back();
+    }
+  }
+  for (CUdeviceptr p : held) CHECK(cuMemFree(p));
+  std::printf("{\"allocs\":%llu,\"refusals\":%llu}\n", static_cast<unsigned long long>(allocs),
+              static_cast<unsigned long long>(refusals));
+  return 0;
+}
+
+int hold(const Args& a) {
+  start();
+  CUdeviceptr p = 0;
+  CHECK(cuMemAlloc(&p, a.bytes));
+  std::printf("{\"holding\":%llu}\n", static_cast<unsigned long long>(a.bytes));
+  std::fflush(stdout);
+  for (;;) pause();
+}
+
+// Each route charges at least `bytes` and gives all of it back.
+int routes(const Args& a) {
+  CUdevice dev = start();
+  size_t free0 = 0, total = 0, free1 = 0;
+  std::string out = "{";
+  auto used_now = [&] {
+    CHECK(cuMemGetInfo(&free1, &total));
+    return static_cast<long long>(free0) - static_cast<long long>(free1);
+  };
+  auto record = [&](const char* route, long long charged, long long after) {
+    out += std::string(out.size() > 1 ? "," : "") + "\"" + route + "\":[" + std::to_string(charged) + "," +
+           std::to_string(after) + "]";
+  };
+  CHECK(cuMemGetInfo(&free0, &total));
+  CUdeviceptr p = 0;
+  CHECK(cuMemAlloc(&p, a.bytes));
+  long long c = used_now();
+  CHECK(cuMemFree(p));
+  record("cuMemAlloc", c, used_now());
+
+  size_t pitch = 0;
+  CHECK(cuMemAllocPitch(&p, &pitch, 1000, a.bytes / 1000, 4));
+  c = used_now();
+  CHECK(cuMemFree(p));
+  record("cuMemAllocPitch", c, used_now());
+
+  CHECK(cuMemAllocManaged(&p, a.bytes, CU_MEM_ATTACH_GLOBAL));
+  c = used_now();
+  CHECK(cuMemFree(p));
+  record("cuMemAllocManaged", c, used_now());
+
+  CUstream stream = nullptr;
+  CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemAllocAsync(&p, a.bytes, stream));
+  c = used_now();
+  CHECK(cuMemFreeAsync(p, stream));
+  CHECK(cuStreamSynchronize(stream));
+  CUmemoryPool pool = nullptr;
+  CHECK(cuDeviceGetMemPool(&pool, dev));
+  CHECK(cuMemPoolTrimTo(pool, 0));
+  record("cuMemAllocAsync", c, used_now());
+
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
+  CHECK(cuMemPoolCreate(&pool, &props));
+  CHECK(cuMemAllocFromPoolAsync(&p, a.bytes, pool, stream));
+  c = used_now();
+  CHECK(cuMemFreeAsync(p, stream));
+  CHECK(cuStreamSynchronize(stream));
+  CHECK(cuMemPoolDestroy(pool));
+  record("cuMemAllocFromPoolAsync", c, used_now());
+
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
+  size_t granularity = 0;
+  CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const size_t vmm_size = (a.bytes + granularity - 1) / granularity * granularity;
+  CUmemGenericAllocationHandle handle = 0;
+  CHECK(cuMemCreate(&handle, vmm_size, &prop, 0));
+  c = used_now();
+  CHECK(cuMemRelease(handle));
+  record("cuMemCreate", c, used_now());
+
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = 1024;
+  desc.Height = a.bytes / 1024 / 4;
+  desc.Depth = 0;
+  desc.Format = CU_AD_FORMAT_FLOAT;
+  desc.NumChannels = 1;
+  CUarray array = nullptr;
+  CHECK(cuArray3DCreate(&array, &desc));
+  c = used_now();
+  CHECK(cuArrayDestroy(array));
+  record("cuArray3DCreate", c, used_now());
+
+  CUmipmappedArray mip = nullptr;
+  CHECK(cuMipmappedArrayCreate(&mip, &desc, 3));
+  c = used_now();
+  CHECK(cuMipmappedArrayDestroy(mip));
+  record("cuMipmappedArrayCreate", c, used_now());
+
+  CUcontext extra = nullptr, primary = nullptr;
+  CHECK(cuCtxGetCurrent(&primary));
+  CHECK(cuCtxCreate(&extra, nullptr, 0, dev));
+  c = used_now();
+  CHECK(cuCtxDestroy(extra));
+  CHECK(cuCtxSetCurrent(primary));
+  record("cuCtxCreate", c, used_now());
+  CHECK(cuStreamDestroy(stream));
+  std::printf("%s}\n", out.c_str());
+  return 0;
+}
+
+int info() {
+  CUdevice dev = start();
+  size_t free_bytes = 0, total = 0, device_total = 0;
+  CHECK(cuMemGetInfo(&free_bytes, &total));
+  CHECK(cuDeviceTotalMem(&device_total, dev));
+  std::printf("{\"free\":%zu,\"total\":%zu,\"device_total\":%zu}\n", free_bytes, total, device_total);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  if (a.mode == "fill") return fill(a);
+  if (a.mode == "storm") return storm(a);
+  if (a.mode == "hold") return hold(a);
+  if (a.mode == "routes") return routes(a);
+  if (a.mode == "info") return info();
+  std::fprintf(stderr, "unknown mode %s\n", a.mode.c_str());
+  return 2;
+}
