@@ -1,0 +1,62 @@
+// The process-local map of memory the fake driver knows about: device allocations
+// (backed by real host pages so that CUdeviceptr is a usable address), managed and
+// pinned host memory, registered host ranges and VMM mappings. Copies, sets and
+// kernels check their ranges against it, which turns a bad device pointer into a CUDA
+// error (or a sticky CUDA_ERROR_ILLEGAL_ADDRESS) instead of a segfault, and pointer
+// attribute queries are answered from it.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <vector>
+
+namespace fakecuda {
+
+enum class MemoryKind { Device, Managed, Host, HostRegistered, VmmMapping };
+
+struct Allocation {
+  uintptr_t base = 0;
+  size_t size = 0;
+  MemoryKind kind = MemoryKind::Device;
+  uint32_t device = 0;
+  uint64_t charged_bytes = 0;  // device memory charged for it (0 for host kinds)
+  CUcontext context = nullptr;
+  CUmemoryPool pool = nullptr;
+  uint64_t buffer_id = 0;
+  void* mapping = nullptr;  // what to munmap when freed (null: not ours to unmap)
+  size_t mapping_length = 0;
+  unsigned host_flags = 0;
+  uint64_t vmm_handle = 0;
+
+  bool is_host_kind() const { return kind == MemoryKind::Host || kind == MemoryKind::HostRegistered; }
+};
+
+class AllocationRegistry {
+ public:
+  void insert(const Allocation& allocation);
+
+  // The allocation containing address `p`, if any.
+  std::optional<Allocation> find(uintptr_t p) const;
+
+  // True when [p, p + bytes) lies inside one known allocation.
+  bool covers(uintptr_t p, size_t bytes) const;
+
+  // Removes and returns the allocation starting exactly at `base`.
+  std::optional<Allocation> take(uintptr_t base);
+
+  // Removes and returns every allocation matching `predicate`.
+  std::vector<Allocation> take_if(const std::function<bool(const Allocation&)>& predicate);
+
+ private:
+  std::map<uintptr_t, Allocation>::const_iterator locate(uintptr_t p) const;
+
+  mutable std::shared_mutex mutex_;
+  std::map<uintptr_t, Allocation> by_base_;
+};
+
+}  // namespace fakecuda

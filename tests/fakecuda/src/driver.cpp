@@ -1,0 +1,116 @@
+// Start-up and teardown of the per-process driver state (see driver.h).
+#include "driver.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "array.h"
+#include "context.h"
+#include "device_memory.h"
+#include "mem_pool.h"
+
+namespace fakecuda {
+namespace {
+
+constexpr const char* kLogPrefix = "fakecuda";
+
+std::atomic<Driver*> g_driver{nullptr};
+std::atomic<uint64_t> g_generation{1};
+std::mutex g_lifecycle_mutex;
+
+CUmemPoolProps default_pool_props(uint32_t device) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = static_cast<int>(device);
+  return props;
+}
+
+// In a child forked after cuInit the parent's executor threads do not exist and its
+// process slot is not ours: the child starts uninitialised (the real driver refuses
+// CUDA in such a child; here a fresh cuInit gives it a driver of its own). The
+// parent's copy is leaked on purpose: its mutexes may have been held at fork time.
+void forget_driver_in_child() {
+  g_driver.store(nullptr);
+  g_generation.fetch_add(1);
+}
+
+void install_fork_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, forget_driver_in_child); });
+}
+
+}  // namespace
+
+bool Driver::start(std::string& error) {
+  if (!segment_.open(shared_segment_name(kLogPrefix), true, kLogPrefix, error)) return false;
+  processes_ = std::make_unique<ProcessTable>(segment_.layout());
+  process_slot_ = processes_->register_self();
+  if (process_slot_ < 0) {
+    error = "the shared device's process table is full";
+    return false;
+  }
+  pid_ = processes_->slot(process_slot_).pid;
+  start_time_ = processes_->slot(process_slot_).start_time;
+  memory_ = std::make_unique<MemoryAccounting>(segment_.layout(), processes_.get(), process_slot_);
+  for (uint32_t device = 0; device < device_count(); ++device) {
+    auto pool = std::make_shared<MemPool>(device, default_pool_props(device), true);
+    default_pools[device] = current_pools[device] = pool->handle();
+    handles.add(pool);
+  }
+  return true;
+}
+
+void Driver::stop() {
+  for (PrimaryContextSlot& slot : primary_contexts) {
+    std::lock_guard lock(slot.mutex);
+    slot.context.reset();
+    slot.retain_count = 0;
+  }
+  for (const std::shared_ptr<Context>& context : handles.all<Context>()) destroy_context(*this, context);
+  for (const Allocation& allocation : allocations.take_if([](const Allocation&) { return true; })) {
+    release_allocation(*this, allocation);
+  }
+  virtual_memory.release_all(memory());
+  release_all_arrays(*this);
+  processes_->retire(process_slot_);
+  segment_.close();
+}
+
+EngineParty Driver::engine_party(uint64_t executor_id) const { return EngineParty{pid_, start_time_, executor_id}; }
+
+Driver* current_driver() { return g_driver.load(std::memory_order_acquire); }
+
+uint64_t driver_generation() { return g_generation.load(); }
+
+CUresult initialize_driver(unsigned flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (current_driver() != nullptr) return CUDA_SUCCESS;
+  install_fork_handler();
+  std::lock_guard lock(g_lifecycle_mutex);
+  if (current_driver() != nullptr) return CUDA_SUCCESS;
+  auto driver = std::make_unique<Driver>();
+  std::string error;
+  if (!driver->start(error)) {
+    std::fprintf(stderr, "%s: cuInit failed: %s\n", kLogPrefix, error.c_str());
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  g_driver.store(driver.release(), std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+void shutdown_driver() {
+  std::lock_guard lock(g_lifecycle_mutex);
+  Driver* driver = g_driver.exchange(nullptr);
+  if (driver == nullptr) return;
+  driver->stop();
+  g_generation.fetch_add(1);
+  delete driver;
+}
+
+}  // namespace fakecuda
+
+extern "C" __attribute__((visibility("default"))) void fakecuda_shutdown() { fakecuda::shutdown_driver(); }

@@ -1,0 +1,87 @@
+// The per-process state of the fake driver, created by cuInit and torn down only by
+// fakecuda_shutdown (a test hook): the mapping of the shared device segment, this
+// process's slot in it, the handle and allocation registries, primary contexts and
+// memory pools. It is deliberately leaked at process exit: executor threads may still
+// be running then, and the real driver does not tear down at exit either.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "allocation_registry.h"
+#include "handle_registry.h"
+#include "memory_accounting.h"
+#include "process_table.h"
+#include "shared_segment.h"
+#include "virtual_memory.h"
+
+namespace fakecuda {
+
+class Context;
+
+struct PrimaryContextSlot {
+  std::mutex mutex;
+  std::shared_ptr<Context> context;  // null while inactive
+  int retain_count = 0;
+  unsigned flags = 0;
+};
+
+class Driver {
+ public:
+  Driver() = default;
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+
+  // Maps the shared device and registers this process; false + `error` on failure.
+  bool start(std::string& error);
+  // Releases everything this process holds on the device (test hook only).
+  void stop();
+
+  SegmentLayout* layout() const { return segment_.layout(); }
+  uint32_t device_count() const { return layout()->device_count; }
+  bool valid_device(int device) const { return device >= 0 && static_cast<uint32_t>(device) < device_count(); }
+  uint64_t context_footprint() const { return layout()->context_footprint_bytes; }
+  ProcessRecord& process_record() { return processes_->slot(process_slot_); }
+  ProcessTable& processes() { return *processes_; }
+  MemoryAccounting& memory() { return *memory_; }
+  EngineParty engine_party(uint64_t executor_id) const;
+  uint64_t next_id() { return next_id_.fetch_add(1); }
+
+  HandleRegistry handles;
+  AllocationRegistry allocations;
+  VirtualMemoryTable virtual_memory;
+  std::array<PrimaryContextSlot, kMaxDevices> primary_contexts;
+
+  // Memory pools: default pool per device and the device's current pool.
+  std::mutex pools_mutex;
+  std::array<CUmemoryPool, kMaxDevices> default_pools{};
+  std::array<CUmemoryPool, kMaxDevices> current_pools{};
+
+ private:
+  SharedSegment segment_;
+  std::unique_ptr<ProcessTable> processes_;
+  std::unique_ptr<MemoryAccounting> memory_;
+  int process_slot_ = -1;
+  int32_t pid_ = 0;
+  uint64_t start_time_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// The initialised driver, or null before cuInit (and after fakecuda_shutdown).
+Driver* current_driver();
+
+// cuInit's work: idempotent, thread-safe.
+CUresult initialize_driver(unsigned flags);
+
+// Destroys all contexts and releases every resource of this process (test hook).
+void shutdown_driver();
+
+// Bumped by every shutdown so that thread-local state from before can be recognised.
+uint64_t driver_generation();
+
+}  // namespace fakecuda

@@ -1,0 +1,36 @@
+// Device-memory accounting against the shared device: a reservation succeeds only if
+// it fits the device's capacity (compare-and-swap, so racing processes can never
+// overshoot by a byte), and every reservation is also recorded in the caller's
+// process slot so that it can be reclaimed if the process dies without freeing.
+#pragma once
+
+#include <cstdint>
+
+#include "process_table.h"
+#include "shared_segment.h"
+
+namespace fakecuda {
+
+class MemoryAccounting {
+ public:
+  MemoryAccounting(SegmentLayout* layout, ProcessTable* processes, int process_slot)
+      : layout_(layout), processes_(processes), slot_(process_slot) {}
+
+  // Reserves `bytes` on `device`; false means the device is out of memory even after
+  // reclaiming the memory of dead processes.
+  bool charge(uint32_t device, uint64_t bytes);
+  void uncharge(uint32_t device, uint64_t bytes);
+
+  uint64_t capacity(uint32_t device) const { return layout_->devices[device].capacity_bytes; }
+  uint64_t used(uint32_t device) const { return layout_->devices[device].used_bytes.load(); }
+
+ private:
+  bool try_reserve(uint32_t device, uint64_t bytes);
+  void raise_peak(uint32_t device, uint64_t used_now);
+
+  SegmentLayout* layout_;
+  ProcessTable* processes_;
+  int slot_;
+};
+
+}  // namespace fakecuda

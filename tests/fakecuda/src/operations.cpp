@@ -1,0 +1,108 @@
+// Execution and submission of device operations (see operations.h).
+#include "operations.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "allocation_registry.h"
+#include "capture.h"
+#include "stream.h"
+#include "stream_queue.h"
+
+namespace fakecuda {
+namespace {
+
+constexpr int64_t kMinTransferNs = 1000;
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <typename... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+size_t memset_extent(const MemsetOp& op) {
+  return (op.height - 1) * op.pitch + op.width * op.element_size;
+}
+
+void fill_row(unsigned char* row, const MemsetOp& op) {
+  switch (op.element_size) {
+    case 1:
+      std::memset(row, static_cast<int>(op.value & 0xff), op.width);
+      break;
+    case 2: {
+      auto value = static_cast<uint16_t>(op.value);
+      for (size_t i = 0; i < op.width; ++i) std::memcpy(row + 2 * i, &value, 2);
+      break;
+    }
+    default:
+      for (size_t i = 0; i < op.width; ++i) std::memcpy(row + 4 * i, &op.value, 4);
+      break;
+  }
+}
+
+void execute_memset(const MemsetOp& op, WorkScope& scope) {
+  if (op.width == 0 || op.height == 0) return;
+  if (!scope.memory.covers(op.dst, memset_extent(op))) {
+    scope.queue.fail(CUDA_ERROR_ILLEGAL_ADDRESS);  // freed between submission and execution
+    return;
+  }
+  scope.engine.run_at_least(transfer_time_ns(op.width * op.element_size * op.height), [&] {
+    for (size_t row = 0; row < op.height; ++row) fill_row(reinterpret_cast<unsigned char*>(op.dst + row * op.pitch), op);
+  });
+}
+
+void execute_memcpy(const MemcpyOp& op, WorkScope& scope) {
+  if (op.width == 0 || op.height == 0) return;
+  const unsigned char* source = op.staging ? op.staging->data() : reinterpret_cast<const unsigned char*>(op.src);
+  size_t source_pitch = op.staging ? op.width : op.src_pitch;
+  scope.engine.run_at_least(transfer_time_ns(op.width * op.height), [&] {
+    for (size_t row = 0; row < op.height; ++row) {
+      std::memmove(reinterpret_cast<unsigned char*>(op.dst + row * op.dst_pitch), source + row * source_pitch,
+                   op.width);
+    }
+  });
+}
+
+}  // namespace
+
+int64_t transfer_time_ns(size_t bytes) {
+  // 1000 GB/s = 1 byte per picosecond.
+  return std::max<int64_t>(kMinTransferNs, static_cast<int64_t>(bytes / 1000));
+}
+
+CUgraphNodeType node_type(const Operation& op) {
+  return std::visit(Overloaded{
+                        [](const EmptyOp&) { return CU_GRAPH_NODE_TYPE_EMPTY; },
+                        [](const KernelLaunch&) { return CU_GRAPH_NODE_TYPE_KERNEL; },
+                        [](const MemsetOp&) { return CU_GRAPH_NODE_TYPE_MEMSET; },
+                        [](const MemcpyOp&) { return CU_GRAPH_NODE_TYPE_MEMCPY; },
+                        [](const HostCallOp&) { return CU_GRAPH_NODE_TYPE_HOST; },
+                    },
+                    op);
+}
+
+void execute_operation(const Operation& op, WorkScope& scope) {
+  std::visit(Overloaded{
+                 [](const EmptyOp&) {},
+                 [&](const KernelLaunch& launch) { execute_kernel(*launch.kernel, launch.args, scope); },
+                 [&](const MemsetOp& memset) { execute_memset(memset, scope); },
+                 [&](const MemcpyOp& memcpy) { execute_memcpy(memcpy, scope); },
+                 [&](const HostCallOp& call) {
+                   scope.engine.release();  // the device is idle while the host function runs
+                   call.fn(call.user_data);
+                 },
+             },
+             op);
+}
+
+CUresult submit_operation(Stream& stream, Operation op) {
+  CUresult result = CUDA_SUCCESS;
+  if (capture_operation(stream, op, result)) return result;
+  CUresult sticky = stream.queue().sticky_error();
+  if (sticky != CUDA_SUCCESS) return sticky;
+  stream.submit([op = std::move(op)](WorkScope& scope) { execute_operation(op, scope); });
+  return CUDA_SUCCESS;
+}
+
+}  // namespace fakecuda
