@@ -64,6 +64,36 @@ TEST_F(ApiTest, ContextStackPushPopAndDestroy) {
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_CONTEXT, cu.cuCtxSetCurrent(reinterpret_cast<CUcontext>(0x1234)));
 }
 
+// Every cuCtxCreate ABI and the 32-bit v1 memory ABIs, called through their exported names.
+TEST_F(ApiTest, OlderAbisStillWork) {
+  auto create_v1 = reinterpret_cast<PFN_cuCtxCreate_v2000>(cu.symbol("cuCtxCreate"));
+  auto create_v2 = reinterpret_cast<PFN_cuCtxCreate_v3020>(cu.symbol("cuCtxCreate_v2"));
+  auto create_v3 = reinterpret_cast<PFN_cuCtxCreate_v11040>(cu.symbol("cuCtxCreate_v3"));
+  ASSERT_TRUE(create_v1 && create_v2 && create_v3);
+  CUcontext contexts[4] = {};
+  ASSERT_CU(create_v1(&contexts[0], 0, 0));
+  ASSERT_CU(create_v2(&contexts[1], 0, 0));
+  ASSERT_CU(create_v3(&contexts[2], nullptr, 0, 0, 0));
+  CUctxCreateParams params{};
+  ASSERT_CU(cu.cuCtxCreate_v4(&contexts[3], &params, 0, 0));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_DEVICE, cu.cuCtxCreate_v4(&contexts[3], nullptr, 0, 7));
+  for (CUcontext created : contexts) ASSERT_CU(cu.cuCtxDestroy_v2(created));
+  ASSERT_CU(cu.cuCtxSetCurrent(context));
+
+  auto alloc_v1 = reinterpret_cast<PFN_cuMemAlloc_v2000>(cu.symbol("cuMemAlloc"));
+  auto htod_v1 = reinterpret_cast<PFN_cuMemcpyHtoD_v2000>(cu.symbol("cuMemcpyHtoD"));
+  auto dtoh_v1 = reinterpret_cast<PFN_cuMemcpyDtoH_v2000>(cu.symbol("cuMemcpyDtoH"));
+  auto free_v1 = reinterpret_cast<PFN_cuMemFree_v2000>(cu.symbol("cuMemFree"));
+  ASSERT_TRUE(alloc_v1 && htod_v1 && dtoh_v1 && free_v1);
+  CUdeviceptr_v1 small = 0;
+  ASSERT_CU(alloc_v1(&small, 4096));  // a 32-bit device pointer
+  uint32_t value = 0x5eed, back = 0;
+  ASSERT_CU(htod_v1(small, &value, sizeof value));
+  ASSERT_CU(dtoh_v1(&back, small, sizeof back));
+  EXPECT_EQ(back, value);
+  ASSERT_CU(free_v1(small));
+}
+
 TEST_F(ApiTest, PrimaryContextIsReferenceCounted) {
   CUcontext again = nullptr;
   ASSERT_CU(cu.cuDevicePrimaryCtxRetain(&again, 0));

@@ -79,6 +79,9 @@ TEST_F(ProcessTest, ChildFailsCleanlyWhenTheDeviceIsFull) {
 }
 
 TEST_F(ProcessTest, ForkedChildStartsUninitialisedAndCanInitItself) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer cannot start threads in a child forked from a multi-threaded process";
+#endif
   pid_t pid = fork();
   if (pid == 0) {
     CUdeviceptr pointer = 0;

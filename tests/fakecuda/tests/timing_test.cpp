@@ -66,7 +66,7 @@ TEST_F(TimingTest, TwoProcessesShareTheDeviceFairlyAndNeverOverlap) {
               static_cast<unsigned long long>(pa->busy_us), static_cast<unsigned long long>(pb->busy_us),
               100.0 * pa->busy_us / total, 100.0 * pb->busy_us / total, total, wall_us,
               static_cast<unsigned long long>(pa->kernels), static_cast<unsigned long long>(pb->kernels));
-  EXPECT_NEAR(pa->busy_us / total, 0.5, 0.08) << pa->busy_us << " vs " << pb->busy_us;
+  EXPECT_NEAR(pa->busy_us / total, 0.5, 0.1) << pa->busy_us << " vs " << pb->busy_us;
   EXPECT_LE(total, wall_us);                      // one context at a time
   EXPECT_GE(total, 0.8 * 2'000'000);              // and the device was kept busy
   EXPECT_EQ(status.overlap_violations, 0u);
