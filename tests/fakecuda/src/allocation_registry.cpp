@@ -41,7 +41,8 @@ std::optional<Allocation> AllocationRegistry::take(uintptr_t base) {
   return allocation;
 }
 
-std::vector<Allocation> AllocationRegistry::take_if(const std::function<bool(const Allocation&)>& predicate) {
+std::vector<Allocation> AllocationRegistry::take_if(
+    const std::function<bool(const Allocation&)>& predicate) {
   std::unique_lock lock(mutex_);
   std::vector<Allocation> taken;
   for (auto it = by_base_.begin(); it != by_base_.end();) {

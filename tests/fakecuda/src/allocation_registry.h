@@ -33,7 +33,9 @@ struct Allocation {
   unsigned host_flags = 0;
   uint64_t vmm_handle = 0;
 
-  bool is_host_kind() const { return kind == MemoryKind::Host || kind == MemoryKind::HostRegistered; }
+  bool is_host_kind() const {
+    return kind == MemoryKind::Host || kind == MemoryKind::HostRegistered;
+  }
 };
 
 class AllocationRegistry {

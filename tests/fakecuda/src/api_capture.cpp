@@ -41,8 +41,9 @@ CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
 }
 
 // Shared body of all GetCaptureInfo ABIs; every output is optional.
-CUresult info(CUstream hStream, CUstreamCaptureStatus* status_out, cuuint64_t* id_out, CUgraph* graph_out,
-              const CUgraphNode** dependencies_out, const CUgraphEdgeData** edges_out, size_t* count_out) {
+CUresult info(CUstream hStream, CUstreamCaptureStatus* status_out, cuuint64_t* id_out,
+              CUgraph* graph_out, const CUgraphNode** dependencies_out,
+              const CUgraphEdgeData** edges_out, size_t* count_out) {
   if (status_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver&) {
     std::shared_ptr<Stream> stream;
@@ -67,58 +68,62 @@ extern "C" CUresult fakecuda_impl_cuStreamBeginCapture(CUstream hStream) {
 extern "C" CUresult fakecuda_impl_cuStreamBeginCapture_ptsz(CUstream hStream) {
   return begin(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
 }
-extern "C" CUresult fakecuda_impl_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+extern "C" CUresult fakecuda_impl_cuStreamBeginCapture_v2(CUstream hStream,
+                                                          CUstreamCaptureMode mode) {
   return begin(hStream, mode);
 }
-extern "C" CUresult fakecuda_impl_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+extern "C" CUresult fakecuda_impl_cuStreamBeginCapture_v2_ptsz(CUstream hStream,
+                                                               CUstreamCaptureMode mode) {
   return begin(hStream, mode);
 }
-extern "C" CUresult fakecuda_impl_cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) { return end(hStream, phGraph); }
+extern "C" CUresult fakecuda_impl_cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return end(hStream, phGraph);
+}
 extern "C" CUresult fakecuda_impl_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
   return end(hStream, phGraph);
 }
-extern "C" CUresult fakecuda_impl_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+extern "C" CUresult fakecuda_impl_cuStreamIsCapturing(CUstream hStream,
+                                                      CUstreamCaptureStatus* captureStatus) {
   return is_capturing(hStream, captureStatus);
 }
-extern "C" CUresult fakecuda_impl_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+extern "C" CUresult fakecuda_impl_cuStreamIsCapturing_ptsz(CUstream hStream,
+                                                           CUstreamCaptureStatus* captureStatus) {
   return is_capturing(hStream, captureStatus);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                        cuuint64_t* id_out) {
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo(CUstream hStream,
+                                                         CUstreamCaptureStatus* captureStatus_out,
+                                                         cuuint64_t* id_out) {
   return info(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_ptsz(CUstream hStream,
-                                                             CUstreamCaptureStatus* captureStatus_out,
-                                                             cuuint64_t* id_out) {
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out) {
   return info(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                           cuuint64_t* id_out, CUgraph* graph_out,
-                                                           const CUgraphNode** dependencies_out,
-                                                           size_t* numDependencies_out) {
-  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr, numDependencies_out);
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v2(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
+  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+              numDependencies_out);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-                                                                CUstreamCaptureStatus* captureStatus_out,
-                                                                cuuint64_t* id_out, CUgraph* graph_out,
-                                                                const CUgraphNode** dependencies_out,
-                                                                size_t* numDependencies_out) {
-  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr, numDependencies_out);
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v2_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
+  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+              numDependencies_out);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                           cuuint64_t* id_out, CUgraph* graph_out,
-                                                           const CUgraphNode** dependencies_out,
-                                                           const CUgraphEdgeData** edgeData_out,
-                                                           size_t* numDependencies_out) {
-  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v3(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, const CUgraphEdgeData** edgeData_out,
+    size_t* numDependencies_out) {
+  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+              numDependencies_out);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
-                                                                CUstreamCaptureStatus* captureStatus_out,
-                                                                cuuint64_t* id_out, CUgraph* graph_out,
-                                                                const CUgraphNode** dependencies_out,
-                                                                const CUgraphEdgeData** edgeData_out,
-                                                                size_t* numDependencies_out) {
-  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+extern "C" CUresult fakecuda_impl_cuStreamGetCaptureInfo_v3_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, const CUgraphEdgeData** edgeData_out,
+    size_t* numDependencies_out) {
+  return info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+              numDependencies_out);
 }
 extern "C" CUresult fakecuda_impl_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -12,7 +12,8 @@ namespace {
 constexpr unsigned kContextApiVersion = 3020;
 
 // Default value of each CUlimit, in enum order.
-constexpr std::array<size_t, CU_LIMIT_MAX> kDefaultLimits = {1024, 1 << 20, 8 << 20, 2, 2048, 64, 0, 0, 0, 0};
+constexpr std::array<size_t, CU_LIMIT_MAX> kDefaultLimits = {1024, 1 << 20, 8 << 20, 2, 2048,
+                                                             64,   0,       0,       0, 0};
 
 CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -32,7 +33,8 @@ CUresult destroy(CUcontext ctx) {
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Context> context = driver.handles.get<Context>(ctx);
     if (!context) return CUDA_ERROR_INVALID_CONTEXT;
-    if (context->primary()) return CUDA_ERROR_INVALID_CONTEXT;  // primary contexts are released, not destroyed
+    if (context->primary())
+      return CUDA_ERROR_INVALID_CONTEXT;  // primary contexts are released, not destroyed
     destroy_context(driver, context);
     return CUDA_SUCCESS;
   });
@@ -86,7 +88,8 @@ extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUde
 }
 
 extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  return with_primary_device(dev, [](Driver& driver, uint32_t device) { return release_primary_context(driver, device); });
+  return with_primary_device(
+      dev, [](Driver& driver, uint32_t device) { return release_primary_context(driver, device); });
 }
 
 extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxRelease(CUdevice dev) {
@@ -94,10 +97,13 @@ extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxRelease(CUdevice dev) {
 }
 
 extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  return with_primary_device(dev, [](Driver& driver, uint32_t device) { return reset_primary_context(driver, device); });
+  return with_primary_device(
+      dev, [](Driver& driver, uint32_t device) { return reset_primary_context(driver, device); });
 }
 
-extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxReset(CUdevice dev) { return fakecuda_impl_cuDevicePrimaryCtxReset_v2(dev); }
+extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxReset(CUdevice dev) {
+  return fakecuda_impl_cuDevicePrimaryCtxReset_v2(dev);
+}
 
 extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   return set_primary_flags(dev, flags);
@@ -107,7 +113,8 @@ extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsig
   return set_primary_flags(dev, flags);
 }
 
-extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+extern "C" CUresult fakecuda_impl_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags,
+                                                             int* active) {
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_primary_device(dev, [&](Driver& driver, uint32_t device) {
     PrimaryContextSlot& slot = driver.primary_contexts[device];
@@ -124,19 +131,21 @@ extern "C" CUresult fakecuda_impl_cuCtxCreate(CUcontext* pctx, unsigned int flag
   return create_and_push(pctx, flags, dev);
 }
 
-extern "C" CUresult fakecuda_impl_cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuCtxCreate_v2(CUcontext* pctx, unsigned int flags,
+                                                 CUdevice dev) {
   return create_and_push(pctx, flags, dev);
 }
 
-extern "C" CUresult fakecuda_impl_cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
-                                                unsigned int flags, CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray,
+                                                 int numParams, unsigned int flags, CUdevice dev) {
   if (numParams < 0 || (numParams > 0 && paramsArray == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (numParams > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
   return create_and_push(pctx, flags, dev);
 }
 
-extern "C" CUresult fakecuda_impl_cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
-                                                unsigned int flags, CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuCtxCreate_v4(CUcontext* pctx,
+                                                 CUctxCreateParams* ctxCreateParams,
+                                                 unsigned int flags, CUdevice dev) {
   if (ctxCreateParams != nullptr) {
     if (ctxCreateParams->numExecAffinityParams > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     if (ctxCreateParams->cigParams != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -144,12 +153,24 @@ extern "C" CUresult fakecuda_impl_cuCtxCreate_v4(CUcontext* pctx, CUctxCreatePar
   return create_and_push(pctx, flags, dev);
 }
 
-extern "C" CUresult fakecuda_impl_cuCtxDestroy_v2(CUcontext ctx) { return destroy(ctx); }
-extern "C" CUresult fakecuda_impl_cuCtxDestroy(CUcontext ctx) { return destroy(ctx); }
-extern "C" CUresult fakecuda_impl_cuCtxPushCurrent_v2(CUcontext ctx) { return push(ctx); }
-extern "C" CUresult fakecuda_impl_cuCtxPushCurrent(CUcontext ctx) { return push(ctx); }
-extern "C" CUresult fakecuda_impl_cuCtxPopCurrent_v2(CUcontext* pctx) { return pop(pctx); }
-extern "C" CUresult fakecuda_impl_cuCtxPopCurrent(CUcontext* pctx) { return pop(pctx); }
+extern "C" CUresult fakecuda_impl_cuCtxDestroy_v2(CUcontext ctx) {
+  return destroy(ctx);
+}
+extern "C" CUresult fakecuda_impl_cuCtxDestroy(CUcontext ctx) {
+  return destroy(ctx);
+}
+extern "C" CUresult fakecuda_impl_cuCtxPushCurrent_v2(CUcontext ctx) {
+  return push(ctx);
+}
+extern "C" CUresult fakecuda_impl_cuCtxPushCurrent(CUcontext ctx) {
+  return push(ctx);
+}
+extern "C" CUresult fakecuda_impl_cuCtxPopCurrent_v2(CUcontext* pctx) {
+  return pop(pctx);
+}
+extern "C" CUresult fakecuda_impl_cuCtxPopCurrent(CUcontext* pctx) {
+  return pop(pctx);
+}
 
 extern "C" CUresult fakecuda_impl_cuCtxSetCurrent(CUcontext ctx) {
   return with_driver([&](Driver& driver) {
@@ -202,7 +223,8 @@ extern "C" CUresult fakecuda_impl_cuCtxSynchronize_v2(CUcontext ctx) {
 extern "C" CUresult fakecuda_impl_cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    std::shared_ptr<Context> context = ctx != nullptr ? driver.handles.get<Context>(ctx) : current_context();
+    std::shared_ptr<Context> context =
+        ctx != nullptr ? driver.handles.get<Context>(ctx) : current_context();
     if (!context) return CUDA_ERROR_INVALID_CONTEXT;
     *version = kContextApiVersion;
     return CUDA_SUCCESS;
@@ -228,7 +250,8 @@ extern "C" CUresult fakecuda_impl_cuCtxSetFlags(unsigned int flags) {
 extern "C" CUresult fakecuda_impl_cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
   if (ctxId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    std::shared_ptr<Context> context = ctx != nullptr ? driver.handles.get<Context>(ctx) : current_context();
+    std::shared_ptr<Context> context =
+        ctx != nullptr ? driver.handles.get<Context>(ctx) : current_context();
     if (!context) return CUDA_ERROR_INVALID_CONTEXT;
     *ctxId = context->id();
     return CUDA_SUCCESS;
@@ -247,7 +270,8 @@ extern "C" CUresult fakecuda_impl_cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
 
 extern "C" CUresult fakecuda_impl_cuCtxSetLimit(CUlimit limit, size_t value) {
   if (limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
-  if (limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED) return CUDA_ERROR_INVALID_VALUE;  // query-only
+  if (limit == CU_LIMIT_SHMEM_SIZE || limit == CU_LIMIT_CIG_ENABLED)
+    return CUDA_ERROR_INVALID_VALUE;  // query-only
   return with_context([&](Driver&, Context& context) {
     std::lock_guard lock(context.settings_mutex);
     context.limits[limit] = value;
@@ -265,7 +289,8 @@ extern "C" CUresult fakecuda_impl_cuCtxGetCacheConfig(CUfunc_cache* pconfig) {
 }
 
 extern "C" CUresult fakecuda_impl_cuCtxSetCacheConfig(CUfunc_cache config) {
-  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver&, Context& context) {
     std::lock_guard lock(context.settings_mutex);
     context.cache_config = config;
@@ -273,7 +298,8 @@ extern "C" CUresult fakecuda_impl_cuCtxSetCacheConfig(CUfunc_cache config) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+extern "C" CUresult fakecuda_impl_cuCtxGetStreamPriorityRange(int* leastPriority,
+                                                              int* greatestPriority) {
   return with_context([&](Driver&, Context&) {
     if (leastPriority != nullptr) *leastPriority = 0;
     if (greatestPriority != nullptr) *greatestPriority = -5;
@@ -296,7 +322,8 @@ extern "C" CUresult fakecuda_impl_cuCtxEnablePeerAccess(CUcontext peerContext, u
 extern "C" CUresult fakecuda_impl_cuCtxDisablePeerAccess(CUcontext peerContext) {
   return with_context([&](Driver&, Context& context) {
     std::lock_guard lock(context.settings_mutex);
-    return context.peers.erase(peerContext) != 0 ? CUDA_SUCCESS : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    return context.peers.erase(peerContext) != 0 ? CUDA_SUCCESS
+                                                 : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
   });
 }
 

@@ -60,9 +60,12 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   return fakecuda_impl_cuDeviceGetUuid_v2(uuid, dev);
 }
 
-extern "C" CUresult fakecuda_impl_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib,
+                                                       CUdevice dev) {
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) { return device_attribute(attrib, dev, *pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; });
+  return with_device(dev, [&](Driver&) {
+    return device_attribute(attrib, dev, *pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  });
 }
 
 extern "C" CUresult fakecuda_impl_cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
@@ -100,20 +103,23 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetByPCIBusId(CUdevice* dev, const cha
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+extern "C" CUresult fakecuda_impl_cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev,
+                                                        CUdevice peerDev) {
   if (canAccessPeer == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    if (!driver.valid_device(dev) || !driver.valid_device(peerDev)) return CUDA_ERROR_INVALID_DEVICE;
+    if (!driver.valid_device(dev) || !driver.valid_device(peerDev))
+      return CUDA_ERROR_INVALID_DEVICE;
     *canAccessPeer = dev != peerDev ? 1 : 0;  // all simulated GPUs share one NVLink island
     return CUDA_SUCCESS;
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
-                                                         CUdevice dstDevice) {
+extern "C" CUresult fakecuda_impl_cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib,
+                                                          CUdevice srcDevice, CUdevice dstDevice) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    if (!driver.valid_device(srcDevice) || !driver.valid_device(dstDevice) || srcDevice == dstDevice) {
+    if (!driver.valid_device(srcDevice) || !driver.valid_device(dstDevice) ||
+        srcDevice == dstDevice) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
     switch (attrib) {
@@ -160,7 +166,8 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetProperties(CUdevprop* prop, CUdevic
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType type, CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType type,
+                                                                 CUdevice dev) {
   if (pi == nullptr || type >= CU_EXEC_AFFINITY_TYPE_MAX) return CUDA_ERROR_INVALID_VALUE;
   return with_device(dev, [&](Driver&) {
     *pi = 0;  // SM partitioning (green contexts / MPS affinity) is not simulated

@@ -10,7 +10,8 @@ using namespace fakecuda;
 
 namespace {
 
-constexpr unsigned kKnownEventFlags = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+constexpr unsigned kKnownEventFlags =
+    CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
 
 template <typename Body>
 CUresult with_event(CUevent handle, Body&& body) {
@@ -22,7 +23,8 @@ CUresult with_event(CUevent handle, Body&& body) {
 }
 
 CUresult record(CUevent hEvent, CUstream hStream, unsigned flags) {
-  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_event(hEvent, [&](Driver&, Event& event) {
     std::shared_ptr<Stream> stream;
     CUresult status = resolve_stream(hStream, stream);
@@ -45,7 +47,8 @@ CUresult elapsed(float* milliseconds, CUevent hStart, CUevent hEnd) {
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Event> start = driver.handles.get<Event>(hStart);
     std::shared_ptr<Event> end = driver.handles.get<Event>(hEnd);
-    if (!start || !end || start->timing_disabled() || end->timing_disabled()) return CUDA_ERROR_INVALID_HANDLE;
+    if (!start || !end || start->timing_disabled() || end->timing_disabled())
+      return CUDA_ERROR_INVALID_HANDLE;
     int64_t start_ns = 0, end_ns = 0;
     bool start_recorded = false, end_recorded = false;
     bool start_done = start->completed_timestamp(start_ns, start_recorded);
@@ -61,7 +64,8 @@ CUresult elapsed(float* milliseconds, CUevent hStart, CUevent hEnd) {
 
 extern "C" CUresult fakecuda_impl_cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   if (phEvent == nullptr || (Flags & ~kKnownEventFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
-  if ((Flags & CU_EVENT_INTERPROCESS) != 0 && (Flags & CU_EVENT_DISABLE_TIMING) == 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((Flags & CU_EVENT_INTERPROCESS) != 0 && (Flags & CU_EVENT_DISABLE_TIMING) == 0)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context&) {
     auto event = std::make_shared<Event>(Flags);
     driver.handles.add(event);
@@ -70,14 +74,18 @@ extern "C" CUresult fakecuda_impl_cuEventCreate(CUevent* phEvent, unsigned int F
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuEventRecord(CUevent hEvent, CUstream hStream) { return record(hEvent, hStream, 0); }
+extern "C" CUresult fakecuda_impl_cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return record(hEvent, hStream, 0);
+}
 extern "C" CUresult fakecuda_impl_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
   return record(hEvent, hStream, 0);
 }
-extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream,
+                                                         unsigned int flags) {
   return record(hEvent, hStream, flags);
 }
-extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                                              unsigned int flags) {
   return record(hEvent, hStream, flags);
 }
 
@@ -92,11 +100,17 @@ extern "C" CUresult fakecuda_impl_cuEventSynchronize(CUevent hEvent) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+extern "C" CUresult fakecuda_impl_cuEventElapsedTime(float* pMilliseconds, CUevent hStart,
+                                                     CUevent hEnd) {
   return elapsed(pMilliseconds, hStart, hEnd);
 }
-extern "C" CUresult fakecuda_impl_cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+extern "C" CUresult fakecuda_impl_cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart,
+                                                        CUevent hEnd) {
   return elapsed(pMilliseconds, hStart, hEnd);
 }
-extern "C" CUresult fakecuda_impl_cuEventDestroy_v2(CUevent hEvent) { return destroy(hEvent); }
-extern "C" CUresult fakecuda_impl_cuEventDestroy(CUevent hEvent) { return destroy(hEvent); }
+extern "C" CUresult fakecuda_impl_cuEventDestroy_v2(CUevent hEvent) {
+  return destroy(hEvent);
+}
+extern "C" CUresult fakecuda_impl_cuEventDestroy(CUevent hEvent) {
+  return destroy(hEvent);
+}

@@ -21,7 +21,8 @@ CUresult with_graph(CUgraph handle, Body&& body) {
   });
 }
 
-CUresult add_node(CUgraphNode* out, CUgraph hGraph, const CUgraphNode* deps, size_t count, Operation op) {
+CUresult add_node(CUgraphNode* out, CUgraph hGraph, const CUgraphNode* deps, size_t count,
+                  Operation op) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_graph(hGraph, [&](Driver& driver, Graph& graph) {
     return graph.add_node(driver.handles, std::move(op), deps, count, *out);
@@ -29,8 +30,8 @@ CUresult add_node(CUgraphNode* out, CUgraph hGraph, const CUgraphNode* deps, siz
 }
 
 // Builds a KernelLaunch from node parameters; kernel arguments are copied now.
-CUresult kernel_op(CUfunction func, const unsigned grid[3], const unsigned block[3], unsigned shared, void** params,
-                   void** extra, KernelLaunch& op) {
+CUresult kernel_op(CUfunction func, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared, void** params, void** extra, KernelLaunch& op) {
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Function> function = driver.handles.get<Function>(func);
     if (!function) return CUDA_ERROR_INVALID_VALUE;
@@ -47,8 +48,8 @@ CUresult kernel_op(CUfunction func, const unsigned grid[3], const unsigned block
 }
 
 template <typename Params>
-CUresult add_kernel_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, const Params* p,
-                         CUfunction func) {
+CUresult add_kernel_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                         const Params* p, CUfunction func) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
   const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
@@ -61,7 +62,8 @@ CUresult add_kernel_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* dep
 CUresult instantiate(CUgraphExec* exec_out, CUgraph hGraph) {
   if (exec_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_graph(hGraph, [&](Driver& driver, Graph& graph) {
-    auto exec = std::make_shared<GraphExec>(graph.operations());  // a snapshot, like the real driver
+    auto exec =
+        std::make_shared<GraphExec>(graph.operations());  // a snapshot, like the real driver
     driver.handles.add(exec);
     *exec_out = exec->handle();
     return CUDA_SUCCESS;
@@ -108,28 +110,32 @@ extern "C" CUresult fakecuda_impl_cuGraphDestroy(CUgraph hGraph) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuGraphAddKernelNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                      const CUgraphNode* dependencies, size_t numDependencies,
-                                                      const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+extern "C" CUresult fakecuda_impl_cuGraphAddKernelNode(
+    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+    size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams->func);
+  return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams,
+                         nodeParams->func);
 }
 
-extern "C" CUresult fakecuda_impl_cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                         const CUgraphNode* dependencies, size_t numDependencies,
-                                                         const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+extern "C" CUresult fakecuda_impl_cuGraphAddKernelNode_v2(
+    CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+    size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUfunction func = nodeParams->func != nullptr ? nodeParams->func : reinterpret_cast<CUfunction>(nodeParams->kern);
+  CUfunction func = nodeParams->func != nullptr ? nodeParams->func
+                                                : reinterpret_cast<CUfunction>(nodeParams->kern);
   return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, func);
 }
 
 extern "C" CUresult fakecuda_impl_cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                      const CUgraphNode* dependencies, size_t numDependencies,
-                                                      const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext) {
+                                                       const CUgraphNode* dependencies,
+                                                       size_t numDependencies,
+                                                       const CUDA_MEMSET_NODE_PARAMS* memsetParams,
+                                                       CUcontext) {
   if (memsetParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   unsigned element = memsetParams->elementSize;
-  if ((element != 1 && element != 2 && element != 4) || memsetParams->dst == 0 || memsetParams->width == 0 ||
-      memsetParams->height == 0) {
+  if ((element != 1 && element != 2 && element != 4) || memsetParams->dst == 0 ||
+      memsetParams->width == 0 || memsetParams->height == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   MemsetOp op;
@@ -143,18 +149,22 @@ extern "C" CUresult fakecuda_impl_cuGraphAddMemsetNode(CUgraphNode* phGraphNode,
 }
 
 extern "C" CUresult fakecuda_impl_cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                     const CUgraphNode* dependencies, size_t numDependencies) {
+                                                      const CUgraphNode* dependencies,
+                                                      size_t numDependencies) {
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, EmptyOp{});
 }
 
 extern "C" CUresult fakecuda_impl_cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                    const CUgraphNode* dependencies, size_t numDependencies,
-                                                    const CUDA_HOST_NODE_PARAMS* nodeParams) {
+                                                     const CUgraphNode* dependencies,
+                                                     size_t numDependencies,
+                                                     const CUDA_HOST_NODE_PARAMS* nodeParams) {
   if (nodeParams == nullptr || nodeParams->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies, HostCallOp{nodeParams->fn, nodeParams->userData});
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  HostCallOp{nodeParams->fn, nodeParams->userData});
 }
 
-extern "C" CUresult fakecuda_impl_cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+extern "C" CUresult fakecuda_impl_cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes,
+                                                  size_t* numNodes) {
   if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_graph(hGraph, [&](Driver&, Graph& graph) {
     std::vector<CUgraphNode> all = graph.node_handles();
@@ -178,24 +188,26 @@ extern "C" CUresult fakecuda_impl_cuGraphNodeGetType(CUgraphNode hNode, CUgraphN
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
-                                                    char* logBuffer, size_t bufferSize) {
+extern "C" CUresult fakecuda_impl_cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                     CUgraphNode* phErrorNode, char* logBuffer,
+                                                     size_t bufferSize) {
   if (phErrorNode != nullptr) *phErrorNode = nullptr;
   if (logBuffer != nullptr && bufferSize > 0) logBuffer[0] = '\0';
   return instantiate(phGraphExec, hGraph);
 }
 
 extern "C" CUresult fakecuda_impl_cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                       CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
+                                                        CUgraphNode* phErrorNode, char* logBuffer,
+                                                        size_t bufferSize) {
   return fakecuda_impl_cuGraphInstantiate(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
 
-extern "C" CUresult fakecuda_impl_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                             unsigned long long flags) {
-  constexpr unsigned long long kKnownFlags = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
-                                             CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
-                                             CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
-                                             CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+extern "C" CUresult fakecuda_impl_cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec,
+                                                              CUgraph hGraph,
+                                                              unsigned long long flags) {
+  constexpr unsigned long long kKnownFlags =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
   if ((flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
   return instantiate(phGraphExec, hGraph);
 }

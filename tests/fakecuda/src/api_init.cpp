@@ -17,7 +17,8 @@ extern "C" CUresult fakecuda_impl_cuDriverGetVersion(int* driverVersion) {
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+extern "C" CUresult fakecuda_impl_cuGetExportTable(const void** ppExportTable,
+                                                   const CUuuid* pExportTableId) {
   if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *ppExportTable = nullptr;
   return CUDA_ERROR_NOT_SUPPORTED;

@@ -24,8 +24,8 @@ CUresult alloc_device(CUdeviceptr* dptr, size_t bytes, MemoryKind kind, bool low
   });
 }
 
-CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned element_size,
-                     bool low_address) {
+CUresult alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                     unsigned element_size, bool low_address) {
   if (pitch == nullptr || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (element_size != 4 && element_size != 8 && element_size != 16) return CUDA_ERROR_INVALID_VALUE;
   size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
@@ -58,7 +58,8 @@ CUresult address_range(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
 
 CUresult alloc_host(void** pp, size_t bytes, unsigned flags, bool low_address) {
   if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  constexpr unsigned kKnownFlags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  constexpr unsigned kKnownFlags =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context& context) {
     return allocate_host_memory(driver, context, bytes, flags, low_address, *pp);
@@ -113,15 +114,19 @@ extern "C" CUresult fakecuda_impl_cuMemFree_v2(CUdeviceptr dptr) {
   return with_driver([&](Driver& driver) { return free_device_memory(driver, dptr); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemFree(CUdeviceptr_v1 dptr) { return fakecuda_impl_cuMemFree_v2(dptr); }
+extern "C" CUresult fakecuda_impl_cuMemFree(CUdeviceptr_v1 dptr) {
+  return fakecuda_impl_cuMemFree_v2(dptr);
+}
 
-extern "C" CUresult fakecuda_impl_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
-                                                    size_t Height, unsigned int ElementSizeBytes) {
+extern "C" CUresult fakecuda_impl_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch,
+                                                     size_t WidthInBytes, size_t Height,
+                                                     unsigned int ElementSizeBytes) {
   return alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, false);
 }
 
-extern "C" CUresult fakecuda_impl_cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
-                                                 unsigned int Height, unsigned int ElementSizeBytes) {
+extern "C" CUresult fakecuda_impl_cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch,
+                                                  unsigned int WidthInBytes, unsigned int Height,
+                                                  unsigned int ElementSizeBytes) {
   if (dptr == nullptr || pPitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr wide = 0;
   size_t pitch = 0;
@@ -132,7 +137,8 @@ extern "C" CUresult fakecuda_impl_cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+extern "C" CUresult fakecuda_impl_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
+                                                    unsigned int flags) {
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
   return alloc_device(dptr, bytesize, MemoryKind::Managed, false);
 }
@@ -153,11 +159,13 @@ extern "C" CUresult fakecuda_impl_cuMemGetInfo(unsigned int* free, unsigned int*
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+extern "C" CUresult fakecuda_impl_cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize,
+                                                          CUdeviceptr dptr) {
   return address_range(pbase, psize, dptr);
 }
 
-extern "C" CUresult fakecuda_impl_cuMemGetAddressRange(CUdeviceptr_v1* pbase, unsigned int* psize, CUdeviceptr_v1 dptr) {
+extern "C" CUresult fakecuda_impl_cuMemGetAddressRange(CUdeviceptr_v1* pbase, unsigned int* psize,
+                                                       CUdeviceptr_v1 dptr) {
   CUdeviceptr base = 0;
   size_t size = 0;
   CUresult status = address_range(&base, &size, dptr);
@@ -166,7 +174,9 @@ extern "C" CUresult fakecuda_impl_cuMemGetAddressRange(CUdeviceptr_v1* pbase, un
   return store_narrow(psize, size);
 }
 
-extern "C" CUresult fakecuda_impl_cuMemAllocHost_v2(void** pp, size_t bytesize) { return alloc_host(pp, bytesize, 0, false); }
+extern "C" CUresult fakecuda_impl_cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return alloc_host(pp, bytesize, 0, false);
+}
 
 extern "C" CUresult fakecuda_impl_cuMemAllocHost(void** pp, unsigned int bytesize) {
   return alloc_host(pp, bytesize, 0, false);
@@ -180,11 +190,13 @@ extern "C" CUresult fakecuda_impl_cuMemFreeHost(void* p) {
   return with_driver([&](Driver& driver) { return free_host_memory(driver, p); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+extern "C" CUresult fakecuda_impl_cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p,
+                                                               unsigned int Flags) {
   return host_device_pointer(pdptr, p, Flags);
 }
 
-extern "C" CUresult fakecuda_impl_cuMemHostGetDevicePointer(CUdeviceptr_v1* pdptr, void* p, unsigned int Flags) {
+extern "C" CUresult fakecuda_impl_cuMemHostGetDevicePointer(CUdeviceptr_v1* pdptr, void* p,
+                                                            unsigned int Flags) {
   if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr wide = 0;
   CUresult status = host_device_pointer(&wide, p, Flags);
@@ -202,7 +214,8 @@ extern "C" CUresult fakecuda_impl_cuMemHostGetFlags(unsigned int* pFlags, void* 
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+extern "C" CUresult fakecuda_impl_cuMemHostRegister_v2(void* p, size_t bytesize,
+                                                       unsigned int Flags) {
   return register_host(p, bytesize, Flags);
 }
 

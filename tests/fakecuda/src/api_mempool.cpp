@@ -50,7 +50,8 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
     CUresult status = resolve_stream(hStream, stream);
     if (status != CUDA_SUCCESS) return status;
     std::optional<Allocation> found = driver.allocations.find(dptr);
-    if (!found || found->base != dptr || found->is_host_kind() || found->kind == MemoryKind::VmmMapping) {
+    if (!found || found->base != dptr || found->is_host_kind() ||
+        found->kind == MemoryKind::VmmMapping) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (capture_status(*stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -59,7 +60,8 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
     }
     Driver* owner = &driver;
     stream->submit([owner, dptr](WorkScope&) {
-      if (std::optional<Allocation> taken = owner->allocations.take(dptr)) release_allocation(*owner, *taken);
+      if (std::optional<Allocation> taken = owner->allocations.take(dptr))
+        release_allocation(*owner, *taken);
     });
     return CUDA_SUCCESS;
   });
@@ -76,34 +78,42 @@ CUresult with_pool(CUmemoryPool handle, Body&& body) {
 
 }  // namespace
 
-extern "C" CUresult fakecuda_impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+extern "C" CUresult fakecuda_impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
+                                                  CUstream hStream) {
   return alloc_async(dptr, bytesize, nullptr, hStream);
 }
-extern "C" CUresult fakecuda_impl_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+extern "C" CUresult fakecuda_impl_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                       CUstream hStream) {
   return alloc_async(dptr, bytesize, nullptr, hStream);
 }
-extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                         CUstream hStream) {
+extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
+                                                          CUmemoryPool pool, CUstream hStream) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return alloc_async(dptr, bytesize, pool, hStream);
 }
-extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                              CUstream hStream) {
+extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                               CUmemoryPool pool,
+                                                               CUstream hStream) {
   return fakecuda_impl_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
-extern "C" CUresult fakecuda_impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream); }
+extern "C" CUresult fakecuda_impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return free_async(dptr, hStream);
+}
 extern "C" CUresult fakecuda_impl_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, hStream);
 }
 
-extern "C" CUresult fakecuda_impl_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+extern "C" CUresult fakecuda_impl_cuMemPoolCreate(CUmemoryPool* pool,
+                                                  const CUmemPoolProps* poolProps) {
   if (pool == nullptr || poolProps == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !driver.valid_device(poolProps->location.id)) {
+        poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        !driver.valid_device(poolProps->location.id)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    auto created = std::make_shared<MemPool>(static_cast<uint32_t>(poolProps->location.id), *poolProps, false);
+    auto created =
+        std::make_shared<MemPool>(static_cast<uint32_t>(poolProps->location.id), *poolProps, false);
     driver.handles.add(created);
     *pool = created->handle();
     return CUDA_SUCCESS;
@@ -129,21 +139,24 @@ extern "C" CUresult fakecuda_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t) {
   return with_pool(pool, [](Driver&, MemPool&) { return CUDA_SUCCESS; });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+extern "C" CUresult fakecuda_impl_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                                        void* value) {
   return with_pool(pool, [&](Driver&, MemPool& found) { return found.set_attribute(attr, value); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+extern "C" CUresult fakecuda_impl_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                                        void* value) {
   return with_pool(pool, [&](Driver&, MemPool& found) { return found.get_attribute(attr, value); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+extern "C" CUresult fakecuda_impl_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map,
+                                                     size_t count) {
   if (count != 0 && map == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_pool(pool, [](Driver&, MemPool&) { return CUDA_SUCCESS; });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool memPool,
-                                                    CUmemLocation* location) {
+                                                     CUmemLocation* location) {
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_pool(memPool, [&](Driver&, MemPool&) {
     *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;

@@ -70,8 +70,9 @@ extern "C" CUresult fakecuda_impl_cuModuleLoadData(CUmodule* module, const void*
   return load_module(module);
 }
 
-extern "C" CUresult fakecuda_impl_cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
-                                                    CUjit_option* options, void** optionValues) {
+extern "C" CUresult fakecuda_impl_cuModuleLoadDataEx(CUmodule* module, const void* image,
+                                                     unsigned int numOptions, CUjit_option* options,
+                                                     void** optionValues) {
   if (image == nullptr || (numOptions > 0 && (options == nullptr || optionValues == nullptr))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -92,7 +93,8 @@ extern "C" CUresult fakecuda_impl_cuModuleUnload(CUmodule hmod) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+extern "C" CUresult fakecuda_impl_cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
+                                                      const char* name) {
   if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Module> module = driver.handles.get<Module>(hmod);
@@ -109,14 +111,16 @@ extern "C" CUresult fakecuda_impl_cuModuleGetLoadingMode(CUmoduleLoadingMode* mo
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
-                                                   unsigned int, CUlibraryOption*, void**, unsigned int) {
+extern "C" CUresult fakecuda_impl_cuLibraryLoadData(CUlibrary* library, const void* code,
+                                                    CUjit_option*, void**, unsigned int,
+                                                    CUlibraryOption*, void**, unsigned int) {
   if (code == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return load_library(library);
 }
 
-extern "C" CUresult fakecuda_impl_cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**,
-                                                       unsigned int, CUlibraryOption*, void**, unsigned int) {
+extern "C" CUresult fakecuda_impl_cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
+                                                        CUjit_option*, void**, unsigned int,
+                                                        CUlibraryOption*, void**, unsigned int) {
   if (fileName == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!file_exists(fileName)) return CUDA_ERROR_FILE_NOT_FOUND;
   return load_library(library);
@@ -126,12 +130,14 @@ extern "C" CUresult fakecuda_impl_cuLibraryUnload(CUlibrary library) {
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Library> loaded = driver.handles.take<Library>(library);
     if (!loaded) return CUDA_ERROR_INVALID_HANDLE;
-    if (driver.handles.take<Module>(loaded->module.get())) loaded->module->forget_functions(driver.handles);
+    if (driver.handles.take<Module>(loaded->module.get()))
+      loaded->module->forget_functions(driver.handles);
     return CUDA_SUCCESS;
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+extern "C" CUresult fakecuda_impl_cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library,
+                                                     const char* name) {
   if (pKernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Library> loaded = driver.handles.get<Library>(library);
@@ -161,8 +167,8 @@ extern "C" CUresult fakecuda_impl_cuKernelGetFunction(CUfunction* pFunc, CUkerne
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel,
-                                                      CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuKernelGetAttribute(int* pi, CUfunction_attribute attrib,
+                                                       CUkernel kernel, CUdevice dev) {
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_function(kernel, [&](Driver& driver, Function& function) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
@@ -170,25 +176,30 @@ extern "C" CUresult fakecuda_impl_cuKernelGetAttribute(int* pi, CUfunction_attri
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel,
-                                                      CUdevice dev) {
+extern "C" CUresult fakecuda_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val,
+                                                       CUkernel kernel, CUdevice dev) {
   return with_function(kernel, [&](Driver& driver, Function& function) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     return function.set_attribute(attrib, val);
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
+extern "C" CUresult fakecuda_impl_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib,
+                                                     CUfunction hfunc) {
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_function(hfunc, [&](Driver&, Function& function) { return function.get_attribute(attrib, *pi); });
+  return with_function(
+      hfunc, [&](Driver&, Function& function) { return function.get_attribute(attrib, *pi); });
 }
 
-extern "C" CUresult fakecuda_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
-  return with_function(hfunc, [&](Driver&, Function& function) { return function.set_attribute(attrib, value); });
+extern "C" CUresult fakecuda_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib,
+                                                     int value) {
+  return with_function(
+      hfunc, [&](Driver&, Function& function) { return function.set_attribute(attrib, value); });
 }
 
 extern "C" CUresult fakecuda_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
-  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_function(hfunc, [](Driver&, Function&) { return CUDA_SUCCESS; });
 }
 
@@ -208,15 +219,14 @@ extern "C" CUresult fakecuda_impl_cuFuncGetModule(CUmodule* hmod, CUfunction hfu
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func,
-                                                                             int blockSize, size_t dynamicSMemSize) {
+extern "C" CUresult fakecuda_impl_cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
   return occupancy(numBlocks, func, blockSize, dynamicSMemSize);
 }
 
-extern "C" CUresult fakecuda_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks,
-                                                                                      CUfunction func, int blockSize,
-                                                                                      size_t dynamicSMemSize,
-                                                                                      unsigned int flags) {
-  if (flags != CU_OCCUPANCY_DEFAULT && flags != CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE) return CUDA_ERROR_INVALID_VALUE;
+extern "C" CUresult fakecuda_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) {
+  if (flags != CU_OCCUPANCY_DEFAULT && flags != CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)
+    return CUDA_ERROR_INVALID_VALUE;
   return occupancy(numBlocks, func, blockSize, dynamicSMemSize);
 }

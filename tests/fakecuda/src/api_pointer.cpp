@@ -15,14 +15,17 @@ void put(void* data, T value) {
   std::memcpy(data, &value, sizeof value);
 }
 
-bool host_accessible(const Allocation& a) { return a.is_host_kind() || a.kind == MemoryKind::Managed; }
+bool host_accessible(const Allocation& a) {
+  return a.is_host_kind() || a.kind == MemoryKind::Managed;
+}
 
 CUmemorytype memory_type(const Allocation& a) {
   return a.is_host_kind() ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
 }
 
 // Writes one attribute of the allocation containing `ptr`.
-CUresult read_attribute(const Allocation& a, CUpointer_attribute attribute, void* data, CUdeviceptr ptr) {
+CUresult read_attribute(const Allocation& a, CUpointer_attribute attribute, void* data,
+                        CUdeviceptr ptr) {
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       put(data, a.context);
@@ -104,7 +107,8 @@ size_t attribute_size(CUpointer_attribute attribute) {
 
 }  // namespace
 
-extern "C" CUresult fakecuda_impl_cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+extern "C" CUresult fakecuda_impl_cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                                        CUdeviceptr ptr) {
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     std::optional<Allocation> found = driver.allocations.find(ptr);
@@ -113,9 +117,11 @@ extern "C" CUresult fakecuda_impl_cuPointerGetAttribute(void* data, CUpointer_at
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
-                                                        void** data, CUdeviceptr ptr) {
-  if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+extern "C" CUresult fakecuda_impl_cuPointerGetAttributes(unsigned int numAttributes,
+                                                         CUpointer_attribute* attributes,
+                                                         void** data, CUdeviceptr ptr) {
+  if (numAttributes == 0 || attributes == nullptr || data == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     std::optional<Allocation> found = driver.allocations.find(ptr);
     for (unsigned i = 0; i < numAttributes; ++i) {

@@ -30,8 +30,8 @@ CUresult create_stream(CUstream* phStream, unsigned flags, int priority) {
   }
   return with_context([&](Driver& driver, Context& context) {
     int clamped = std::clamp(priority, kGreatestPriority, kLeastPriority);
-    auto stream = std::make_shared<Stream>(context.shared_queue(), context.handle(), context.device(), flags, clamped,
-                                           driver.next_id());
+    auto stream = std::make_shared<Stream>(context.shared_queue(), context.handle(),
+                                           context.device(), flags, clamped, driver.next_id());
     driver.handles.add(stream);
     *phStream = stream->handle();
     return CUDA_SUCCESS;
@@ -69,7 +69,8 @@ CUresult query_stream(CUstream hStream) {
 }
 
 CUresult wait_event(CUstream hStream, CUevent hEvent, unsigned flags) {
-  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   return with_stream(hStream, [&](Driver& driver, Stream& stream) {
     std::shared_ptr<Event> event = driver.handles.get<Event>(hEvent);
     if (!event) return CUDA_ERROR_INVALID_HANDLE;
@@ -89,7 +90,8 @@ CUresult wait_event(CUstream hStream, CUevent hEvent, unsigned flags) {
   });
 }
 
-CUresult add_callback(CUstream hStream, CUstreamCallback callback, void* user_data, unsigned flags) {
+CUresult add_callback(CUstream hStream, CUstreamCallback callback, void* user_data,
+                      unsigned flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_stream(hStream, [&](Driver&, Stream& stream) {
     if (capture_status(stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -107,7 +109,9 @@ CUresult add_callback(CUstream hStream, CUstreamCallback callback, void* user_da
 
 CUresult launch_host_func(CUstream hStream, CUhostFn fn, void* user_data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_stream(hStream, [&](Driver&, Stream& stream) { return submit_operation(stream, HostCallOp{fn, user_data}); });
+  return with_stream(hStream, [&](Driver&, Stream& stream) {
+    return submit_operation(stream, HostCallOp{fn, user_data});
+  });
 }
 
 CUresult stream_priority(CUstream hStream, int* priority) {
@@ -155,19 +159,34 @@ CUresult stream_device(CUstream hStream, CUdevice* device) {
 extern "C" CUresult fakecuda_impl_cuStreamCreate(CUstream* phStream, unsigned int Flags) {
   return create_stream(phStream, Flags, kLeastPriority);
 }
-extern "C" CUresult fakecuda_impl_cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+extern "C" CUresult fakecuda_impl_cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags,
+                                                             int priority) {
   return create_stream(phStream, flags, priority);
 }
-extern "C" CUresult fakecuda_impl_cuStreamDestroy_v2(CUstream hStream) { return destroy_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamDestroy(CUstream hStream) { return destroy_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamSynchronize(CUstream hStream) { return synchronize_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamSynchronize_ptsz(CUstream hStream) { return synchronize_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamQuery(CUstream hStream) { return query_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamQuery_ptsz(CUstream hStream) { return query_stream(hStream); }
-extern "C" CUresult fakecuda_impl_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+extern "C" CUresult fakecuda_impl_cuStreamDestroy_v2(CUstream hStream) {
+  return destroy_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamDestroy(CUstream hStream) {
+  return destroy_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamSynchronize(CUstream hStream) {
+  return synchronize_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamSynchronize_ptsz(CUstream hStream) {
+  return synchronize_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamQuery(CUstream hStream) {
+  return query_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamQuery_ptsz(CUstream hStream) {
+  return query_stream(hStream);
+}
+extern "C" CUresult fakecuda_impl_cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
+                                                    unsigned int Flags) {
   return wait_event(hStream, hEvent, Flags);
 }
-extern "C" CUresult fakecuda_impl_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+extern "C" CUresult fakecuda_impl_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent,
+                                                         unsigned int Flags) {
   return wait_event(hStream, hEvent, Flags);
 }
 extern "C" CUresult fakecuda_impl_cuStreamGetPriority(CUstream hStream, int* priority) {
@@ -182,21 +201,26 @@ extern "C" CUresult fakecuda_impl_cuStreamGetFlags(CUstream hStream, unsigned in
 extern "C" CUresult fakecuda_impl_cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
   return stream_flags(hStream, flags);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCtx(CUstream hStream, CUcontext* pctx) { return stream_context(hStream, pctx); }
+extern "C" CUresult fakecuda_impl_cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
+  return stream_context(hStream, pctx);
+}
 extern "C" CUresult fakecuda_impl_cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
   return stream_context(hStream, pctx);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCtx_v2(CUstream hStream, CUcontext* pctx, CUgreenCtx* pGreenCtx) {
+extern "C" CUresult fakecuda_impl_cuStreamGetCtx_v2(CUstream hStream, CUcontext* pctx,
+                                                    CUgreenCtx* pGreenCtx) {
   if (pGreenCtx != nullptr) *pGreenCtx = nullptr;  // green contexts are not simulated
   return stream_context(hStream, pctx);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pctx, CUgreenCtx* pGreenCtx) {
+extern "C" CUresult fakecuda_impl_cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pctx,
+                                                         CUgreenCtx* pGreenCtx) {
   return fakecuda_impl_cuStreamGetCtx_v2(hStream, pctx, pGreenCtx);
 }
 extern "C" CUresult fakecuda_impl_cuStreamGetId(CUstream hStream, unsigned long long* streamId) {
   return stream_id(hStream, streamId);
 }
-extern "C" CUresult fakecuda_impl_cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId) {
+extern "C" CUresult fakecuda_impl_cuStreamGetId_ptsz(CUstream hStream,
+                                                     unsigned long long* streamId) {
   return stream_id(hStream, streamId);
 }
 extern "C" CUresult fakecuda_impl_cuStreamGetDevice(CUstream hStream, CUdevice* device) {
@@ -205,17 +229,19 @@ extern "C" CUresult fakecuda_impl_cuStreamGetDevice(CUstream hStream, CUdevice* 
 extern "C" CUresult fakecuda_impl_cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device) {
   return stream_device(hStream, device);
 }
-extern "C" CUresult fakecuda_impl_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
-                                                     unsigned int flags) {
+extern "C" CUresult fakecuda_impl_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
+                                                      void* userData, unsigned int flags) {
   return add_callback(hStream, callback, userData, flags);
 }
-extern "C" CUresult fakecuda_impl_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void* userData,
-                                                          unsigned int flags) {
+extern "C" CUresult fakecuda_impl_cuStreamAddCallback_ptsz(CUstream hStream,
+                                                           CUstreamCallback callback,
+                                                           void* userData, unsigned int flags) {
   return add_callback(hStream, callback, userData, flags);
 }
 extern "C" CUresult fakecuda_impl_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   return launch_host_func(hStream, fn, userData);
 }
-extern "C" CUresult fakecuda_impl_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+extern "C" CUresult fakecuda_impl_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn,
+                                                        void* userData) {
   return launch_host_func(hStream, fn, userData);
 }

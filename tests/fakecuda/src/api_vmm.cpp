@@ -9,10 +9,12 @@
 using namespace fakecuda;
 
 extern "C" CUresult fakecuda_impl_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                             const CUmemAllocationProp* prop, unsigned long long flags) {
+                                              const CUmemAllocationProp* prop,
+                                              unsigned long long flags) {
   if (handle == nullptr || prop == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && !driver.valid_device(prop->location.id)) {
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+        !driver.valid_device(prop->location.id)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
     return driver.virtual_memory.create(driver.memory(), size, *prop, *handle);
@@ -20,21 +22,26 @@ extern "C" CUresult fakecuda_impl_cuMemCreate(CUmemGenericAllocationHandle* hand
 }
 
 extern "C" CUresult fakecuda_impl_cuMemRelease(CUmemGenericAllocationHandle handle) {
-  return with_driver([&](Driver& driver) { return driver.virtual_memory.release(driver.memory(), handle); });
+  return with_driver(
+      [&](Driver& driver) { return driver.virtual_memory.release(driver.memory(), handle); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                                     unsigned long long flags) {
+extern "C" CUresult fakecuda_impl_cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
+                                                      size_t alignment, CUdeviceptr addr,
+                                                      unsigned long long flags) {
   if (ptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return with_driver([&](Driver& driver) { return driver.virtual_memory.reserve(size, alignment, addr, *ptr); });
+  return with_driver(
+      [&](Driver& driver) { return driver.virtual_memory.reserve(size, alignment, addr, *ptr); });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  return with_driver([&](Driver& driver) { return driver.virtual_memory.free_reservation(ptr, size); });
+  return with_driver(
+      [&](Driver& driver) { return driver.virtual_memory.free_reservation(ptr, size); });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+                                           CUmemGenericAllocationHandle handle,
+                                           unsigned long long flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     return driver.virtual_memory.map(driver.allocations, ptr, size, offset, handle);
@@ -48,22 +55,24 @@ extern "C" CUresult fakecuda_impl_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
-                                                size_t count) {
+extern "C" CUresult fakecuda_impl_cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                                                 const CUmemAccessDesc* desc, size_t count) {
   if (desc == nullptr || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     for (size_t i = 0; i < count; ++i) {
-      if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !driver.valid_device(desc[i].location.id)) {
+      if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+          !driver.valid_device(desc[i].location.id)) {
         return CUDA_ERROR_INVALID_DEVICE;
       }
     }
     // Mappings are created read-write already; access only needs the range to be mapped.
-    return driver.virtual_memory.mapped(driver.allocations, ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return driver.virtual_memory.mapped(driver.allocations, ptr, size) ? CUDA_SUCCESS
+                                                                       : CUDA_ERROR_INVALID_VALUE;
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location,
-                                                CUdeviceptr ptr) {
+extern "C" CUresult fakecuda_impl_cuMemGetAccess(unsigned long long* flags,
+                                                 const CUmemLocation* location, CUdeviceptr ptr) {
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     if (!driver.virtual_memory.mapped(driver.allocations, ptr, 1)) return CUDA_ERROR_INVALID_VALUE;
@@ -72,10 +81,11 @@ extern "C" CUresult fakecuda_impl_cuMemGetAccess(unsigned long long* flags, cons
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
-                                                               CUmemAllocationGranularity_flags option) {
+extern "C" CUresult fakecuda_impl_cuMemGetAllocationGranularity(
+    size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option) {
   if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+      option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return with_driver([&](Driver&) {
@@ -84,15 +94,18 @@ extern "C" CUresult fakecuda_impl_cuMemGetAllocationGranularity(size_t* granular
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
-                                                                        CUmemGenericAllocationHandle handle) {
+extern "C" CUresult fakecuda_impl_cuMemGetAllocationPropertiesFromHandle(
+    CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_driver([&](Driver& driver) { return driver.virtual_memory.properties(handle, *prop); });
+  return with_driver(
+      [&](Driver& driver) { return driver.virtual_memory.properties(handle, *prop); });
 }
 
-extern "C" CUresult fakecuda_impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+extern "C" CUresult fakecuda_impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                              void* addr) {
   if (handle == nullptr || addr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    return driver.virtual_memory.retain(driver.allocations, reinterpret_cast<uintptr_t>(addr), *handle);
+    return driver.virtual_memory.retain(driver.allocations, reinterpret_cast<uintptr_t>(addr),
+                                        *handle);
   });
 }

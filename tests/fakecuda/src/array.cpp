@@ -43,17 +43,21 @@ size_t array_format_bytes(CUarray_format format) {
 uint64_t array_level_bytes(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, unsigned level) {
   size_t element = array_format_bytes(descriptor.Format);
   unsigned channels = descriptor.NumChannels;
-  if (element == 0 || descriptor.Width == 0 || (channels != 1 && channels != 2 && channels != 4)) return 0;
+  if (element == 0 || descriptor.Width == 0 || (channels != 1 && channels != 2 && channels != 4))
+    return 0;
   auto extent = [level](size_t size) -> uint64_t { return std::max<uint64_t>(1, size >> level); };
-  return extent(descriptor.Width) * extent(descriptor.Height) * extent(descriptor.Depth) * channels * element;
+  return extent(descriptor.Width) * extent(descriptor.Height) * extent(descriptor.Depth) *
+         channels * element;
 }
 
 void release_all_arrays(Driver& driver) {
   for (const std::shared_ptr<Array>& array : driver.handles.all<Array>()) {
-    if (driver.handles.take<Array>(array.get())) driver.memory().uncharge(array->device, array->charged_bytes);
+    if (driver.handles.take<Array>(array.get()))
+      driver.memory().uncharge(array->device, array->charged_bytes);
   }
   for (const std::shared_ptr<MipmappedArray>& array : driver.handles.all<MipmappedArray>()) {
-    if (driver.handles.take<MipmappedArray>(array.get())) driver.memory().uncharge(array->device, array->charged_bytes);
+    if (driver.handles.take<MipmappedArray>(array.get()))
+      driver.memory().uncharge(array->device, array->charged_bytes);
   }
 }
 
@@ -96,23 +100,27 @@ CUDA_ARRAY3D_DESCRIPTOR widen(const Legacy& d) {
 
 using namespace fakecuda;
 
-extern "C" CUresult fakecuda_impl_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
+extern "C" CUresult fakecuda_impl_cuArrayCreate_v2(CUarray* pHandle,
+                                                   const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
   if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full = widen(*pAllocateArray);
   return create_array(&full, pHandle);
 }
 
-extern "C" CUresult fakecuda_impl_cuArrayCreate(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR_v1* pAllocateArray) {
+extern "C" CUresult fakecuda_impl_cuArrayCreate(CUarray* pHandle,
+                                                const CUDA_ARRAY_DESCRIPTOR_v1* pAllocateArray) {
   if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full = widen(*pAllocateArray);
   return create_array(&full, pHandle);
 }
 
-extern "C" CUresult fakecuda_impl_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
+extern "C" CUresult fakecuda_impl_cuArray3DCreate_v2(
+    CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
   return create_array(pAllocateArray, pHandle);
 }
 
-extern "C" CUresult fakecuda_impl_cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* pAllocateArray) {
+extern "C" CUresult fakecuda_impl_cuArray3DCreate(
+    CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* pAllocateArray) {
   if (pAllocateArray == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full = widen(*pAllocateArray);
   full.Depth = pAllocateArray->Depth;
@@ -129,7 +137,8 @@ extern "C" CUresult fakecuda_impl_cuArrayDestroy(CUarray hArray) {
   });
 }
 
-extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* pArrayDescriptor, CUarray hArray) {
+extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* pArrayDescriptor,
+                                                          CUarray hArray) {
   if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full{};
   CUresult status = describe_array(hArray, full);
@@ -138,7 +147,8 @@ extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR*
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1* pArrayDescriptor, CUarray hArray) {
+extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1* pArrayDescriptor,
+                                                       CUarray hArray) {
   if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full{};
   CUresult status = describe_array(hArray, full);
@@ -150,12 +160,14 @@ extern "C" CUresult fakecuda_impl_cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1*
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* pArrayDescriptor, CUarray hArray) {
+extern "C" CUresult fakecuda_impl_cuArray3DGetDescriptor_v2(
+    CUDA_ARRAY3D_DESCRIPTOR* pArrayDescriptor, CUarray hArray) {
   if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return describe_array(hArray, *pArrayDescriptor);
 }
 
-extern "C" CUresult fakecuda_impl_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1* pArrayDescriptor, CUarray hArray) {
+extern "C" CUresult fakecuda_impl_cuArray3DGetDescriptor(
+    CUDA_ARRAY3D_DESCRIPTOR_v1* pArrayDescriptor, CUarray hArray) {
   if (pArrayDescriptor == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_ARRAY3D_DESCRIPTOR full{};
   CUresult status = describe_array(hArray, full);
@@ -169,10 +181,11 @@ extern "C" CUresult fakecuda_impl_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR
   return CUDA_SUCCESS;
 }
 
-extern "C" CUresult fakecuda_impl_cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
-                                                        const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
-                                                        unsigned int numMipmapLevels) {
-  if (pHandle == nullptr || pMipmappedArrayDesc == nullptr || numMipmapLevels == 0 || numMipmapLevels > 32) {
+extern "C" CUresult fakecuda_impl_cuMipmappedArrayCreate(
+    CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+    unsigned int numMipmapLevels) {
+  if (pHandle == nullptr || pMipmappedArrayDesc == nullptr || numMipmapLevels == 0 ||
+      numMipmapLevels > 32) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return with_context([&](Driver& driver, Context& context) {
@@ -183,7 +196,8 @@ extern "C" CUresult fakecuda_impl_cuMipmappedArrayCreate(CUmipmappedArray* pHand
       bytes += level_bytes;
     }
     if (!driver.memory().charge(context.device(), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    auto array = std::make_shared<MipmappedArray>(*pMipmappedArrayDesc, numMipmapLevels, context.device(), bytes);
+    auto array = std::make_shared<MipmappedArray>(*pMipmappedArrayDesc, numMipmapLevels,
+                                                  context.device(), bytes);
     driver.handles.add(array);
     *pHandle = array->handle();
     return CUDA_SUCCESS;

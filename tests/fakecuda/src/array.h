@@ -16,7 +16,10 @@ class Array : public HandleObject {
  public:
   static constexpr HandleKind kKind = HandleKind::Array;
   Array(const CUDA_ARRAY3D_DESCRIPTOR& array_descriptor, uint32_t owner_device, uint64_t charged)
-      : HandleObject(kKind), descriptor(array_descriptor), device(owner_device), charged_bytes(charged) {}
+      : HandleObject(kKind),
+        descriptor(array_descriptor),
+        device(owner_device),
+        charged_bytes(charged) {}
   CUarray handle() { return reinterpret_cast<CUarray>(this); }
 
   const CUDA_ARRAY3D_DESCRIPTOR descriptor;
@@ -27,8 +30,8 @@ class Array : public HandleObject {
 class MipmappedArray : public HandleObject {
  public:
   static constexpr HandleKind kKind = HandleKind::MipmappedArray;
-  MipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& array_descriptor, unsigned level_count, uint32_t owner_device,
-                 uint64_t charged)
+  MipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& array_descriptor, unsigned level_count,
+                 uint32_t owner_device, uint64_t charged)
       : HandleObject(kKind),
         descriptor(array_descriptor),
         levels(level_count),

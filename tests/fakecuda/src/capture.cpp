@@ -64,7 +64,8 @@ CUresult end_capture(Stream& stream, CUgraph& graph_out) {
     stream.capture_origin = false;
   }
   if (session->invalidated.load()) {
-    if (auto graph = driver->handles.take<Graph>(session->graph.get())) graph->forget_nodes(driver->handles);
+    if (auto graph = driver->handles.take<Graph>(session->graph.get()))
+      graph->forget_nodes(driver->handles);
     graph_out = nullptr;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
@@ -75,7 +76,8 @@ CUresult end_capture(Stream& stream, CUgraph& graph_out) {
 CUstreamCaptureStatus capture_status(Stream& stream) {
   std::lock_guard lock(stream.capture_mutex);
   if (!stream.capture) return CU_STREAM_CAPTURE_STATUS_NONE;
-  return stream.capture->invalidated.load() ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return stream.capture->invalidated.load() ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                            : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
 bool capture_operation(Stream& stream, const Operation& op, CUresult& result) {

@@ -18,7 +18,8 @@ class Stream;
 
 class CaptureSession {
  public:
-  CaptureSession(std::shared_ptr<Graph> target, uint64_t capture_id, CUstreamCaptureMode capture_mode)
+  CaptureSession(std::shared_ptr<Graph> target, uint64_t capture_id,
+                 CUstreamCaptureMode capture_mode)
       : graph(std::move(target)), id(capture_id), mode(capture_mode) {}
 
   std::shared_ptr<Graph> graph;

@@ -18,9 +18,15 @@ struct SizeSuffix {
 };
 
 constexpr std::array<SizeSuffix, 9> kSuffixes{{
-    {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
-    {"KB", 1000ull}, {"MB", 1000ull * 1000}, {"GB", 1000ull * 1000 * 1000},
-    {"TB", 1000ull * 1000 * 1000 * 1000}, {"B", 1ull},
+    {"KiB", 1ull << 10},
+    {"MiB", 1ull << 20},
+    {"GiB", 1ull << 30},
+    {"TiB", 1ull << 40},
+    {"KB", 1000ull},
+    {"MB", 1000ull * 1000},
+    {"GB", 1000ull * 1000 * 1000},
+    {"TB", 1000ull * 1000 * 1000 * 1000},
+    {"B", 1ull},
 }};
 
 std::optional<uint64_t> parse_digits(std::string_view digits) {
@@ -55,7 +61,8 @@ void read_var(const char* prefix, const char* var, const char* why, uint64_t& ta
 std::optional<uint64_t> parse_size(std::string_view text) {
   for (const SizeSuffix& suffix : kSuffixes) {
     if (text.size() > suffix.text.size() && text.ends_with(suffix.text)) {
-      std::optional<uint64_t> number = parse_digits(text.substr(0, text.size() - suffix.text.size()));
+      std::optional<uint64_t> number =
+          parse_digits(text.substr(0, text.size() - suffix.text.size()));
       if (!number || *number > UINT64_MAX / suffix.multiplier) return std::nullopt;
       return *number * suffix.multiplier;
     }
@@ -95,7 +102,8 @@ DeviceConfig read_device_config(const char* log_prefix) {
 }
 
 std::string shared_segment_name(const char* log_prefix) {
-  std::string fallback = "/fracgpu-fakecuda-" + std::to_string(static_cast<unsigned long>(getuid()));
+  std::string fallback =
+      "/fracgpu-fakecuda-" + std::to_string(static_cast<unsigned long>(getuid()));
   const char* raw = std::getenv("FAKECUDA_SHM_NAME");
   if (raw == nullptr || raw[0] == '\0') return fallback;
   std::string_view name(raw);

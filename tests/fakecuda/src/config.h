@@ -17,7 +17,7 @@ inline constexpr uint32_t kMaxDevices = 8;
 
 struct DeviceConfig {
   uint32_t device_count = 1;
-  uint64_t memory_bytes = 16ull << 30;            // per device
+  uint64_t memory_bytes = 16ull << 30;              // per device
   uint64_t context_footprint_bytes = 300ull << 20;  // charged per context
   uint64_t timeslice_us = 2000;
 };

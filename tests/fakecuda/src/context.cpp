@@ -8,13 +8,19 @@
 namespace fakecuda {
 
 Context::Context(Driver& driver, uint32_t device, unsigned flags, bool primary)
-    : HandleObject(kKind), device_(device), primary_(primary), id_(driver.next_id()), flags_(flags) {
-  queue_ = std::make_shared<StreamQueue>(driver.layout(), device, &driver.process_record(), driver.engine_party(id_),
-                                         driver.allocations);
+    : HandleObject(kKind),
+      device_(device),
+      primary_(primary),
+      id_(driver.next_id()),
+      flags_(flags) {
+  queue_ = std::make_shared<StreamQueue>(driver.layout(), device, &driver.process_record(),
+                                         driver.engine_party(id_), driver.allocations);
   default_stream_ = std::make_shared<Stream>(queue_, handle(), device, 0, 0, driver.next_id());
 }
 
-Context::~Context() { queue_->shutdown(); }
+Context::~Context() {
+  queue_->shutdown();
+}
 
 CUresult Context::synchronize() {
   queue_->drain();
@@ -38,7 +44,7 @@ CUresult create_context(Driver& driver, uint32_t device, unsigned flags, bool pr
 void destroy_context(Driver& driver, const std::shared_ptr<Context>& context) {
   CUcontext handle = context->handle();
   if (!driver.handles.take<Context>(handle)) return;  // already destroyed by another thread
-  context->queue().shutdown();                         // finishes queued work first
+  context->queue().shutdown();                        // finishes queued work first
   for (const std::shared_ptr<Stream>& stream : driver.handles.all<Stream>()) {
     if (stream->context() == handle) driver.handles.take<Stream>(stream.get());
   }

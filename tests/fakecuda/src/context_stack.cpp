@@ -40,7 +40,9 @@ CUresult require_current_context(std::shared_ptr<Context>& out) {
   return out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
-void push_current_context(CUcontext context) { stack().push_back(context); }
+void push_current_context(CUcontext context) {
+  stack().push_back(context);
+}
 
 CUcontext pop_current_context() {
   std::vector<CUcontext>& contexts = stack();

@@ -19,7 +19,9 @@ namespace {
 
 constexpr long kDeadCheckIntervalNs = 20'000'000;  // 20 ms
 
-uint32_t* futex_word(std::atomic<uint32_t>& word) { return reinterpret_cast<uint32_t*>(&word); }
+uint32_t* futex_word(std::atomic<uint32_t>& word) {
+  return reinterpret_cast<uint32_t*>(&word);
+}
 
 // Returns false when the wait timed out.
 bool futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
@@ -159,6 +161,8 @@ void DeviceEngine::yield_to_waiters() {
   wait_for_turn();
 }
 
-bool DeviceEngine::others_waiting() const { return record_->waiter_count.load(std::memory_order_relaxed) != 0; }
+bool DeviceEngine::others_waiting() const {
+  return record_->waiter_count.load(std::memory_order_relaxed) != 0;
+}
 
 }  // namespace fakecuda

@@ -36,8 +36,8 @@ void note_pool_usage(Driver& driver, CUmemoryPool pool, uint64_t bytes, bool all
 
 }  // namespace
 
-CUresult allocate_device_memory(Driver& driver, Context& context, const DeviceAllocationRequest& request,
-                                CUdeviceptr& out) {
+CUresult allocate_device_memory(Driver& driver, Context& context,
+                                const DeviceAllocationRequest& request, CUdeviceptr& out) {
   if (request.bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   uint32_t device = request.device >= 0 ? static_cast<uint32_t>(request.device) : context.device();
   if (!driver.memory().charge(device, request.bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -64,8 +64,8 @@ CUresult allocate_device_memory(Driver& driver, Context& context, const DeviceAl
   return CUDA_SUCCESS;
 }
 
-CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, unsigned flags, bool low_address,
-                              void*& out) {
+CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, unsigned flags,
+                              bool low_address, void*& out) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   size_t length = page_rounded(bytes);
   void* backing = map_backing(length, low_address);
@@ -87,12 +87,14 @@ CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, un
 
 void release_allocation(Driver& driver, const Allocation& allocation) {
   if (allocation.mapping != nullptr) munmap(allocation.mapping, allocation.mapping_length);
-  if (allocation.charged_bytes != 0) driver.memory().uncharge(allocation.device, allocation.charged_bytes);
+  if (allocation.charged_bytes != 0)
+    driver.memory().uncharge(allocation.device, allocation.charged_bytes);
   note_pool_usage(driver, allocation.pool, allocation.charged_bytes, false);
 }
 
 void drain_all_contexts(Driver& driver) {
-  for (const std::shared_ptr<Context>& context : driver.handles.all<Context>()) context->queue().drain();
+  for (const std::shared_ptr<Context>& context : driver.handles.all<Context>())
+    context->queue().drain();
 }
 
 CUresult free_device_memory(Driver& driver, CUdeviceptr pointer) {
@@ -123,9 +125,10 @@ CUresult free_host_memory(Driver& driver, void* pointer) {
 }
 
 void free_context_memory(Driver& driver, CUcontext context) {
-  std::vector<Allocation> owned = driver.allocations.take_if([context](const Allocation& allocation) {
-    return allocation.context == context && allocation.kind != MemoryKind::VmmMapping;
-  });
+  std::vector<Allocation> owned =
+      driver.allocations.take_if([context](const Allocation& allocation) {
+        return allocation.context == context && allocation.kind != MemoryKind::VmmMapping;
+      });
   for (const Allocation& allocation : owned) release_allocation(driver, allocation);
 }
 

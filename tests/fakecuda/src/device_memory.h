@@ -22,10 +22,10 @@ struct DeviceAllocationRequest {
   int device = -1;           // -1: the context's device (pools may name another)
 };
 
-CUresult allocate_device_memory(Driver& driver, Context& context, const DeviceAllocationRequest& request,
-                                CUdeviceptr& out);
-CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, unsigned flags, bool low_address,
-                              void*& out);
+CUresult allocate_device_memory(Driver& driver, Context& context,
+                                const DeviceAllocationRequest& request, CUdeviceptr& out);
+CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, unsigned flags,
+                              bool low_address, void*& out);
 
 // Unmaps and uncharges an allocation already removed from the registry.
 void release_allocation(Driver& driver, const Allocation& allocation);

@@ -70,7 +70,8 @@ void Driver::stop() {
     slot.context.reset();
     slot.retain_count = 0;
   }
-  for (const std::shared_ptr<Context>& context : handles.all<Context>()) destroy_context(*this, context);
+  for (const std::shared_ptr<Context>& context : handles.all<Context>())
+    destroy_context(*this, context);
   for (const Allocation& allocation : allocations.take_if([](const Allocation&) { return true; })) {
     release_allocation(*this, allocation);
   }
@@ -80,11 +81,17 @@ void Driver::stop() {
   segment_.close();
 }
 
-EngineParty Driver::engine_party(uint64_t executor_id) const { return EngineParty{pid_, start_time_, executor_id}; }
+EngineParty Driver::engine_party(uint64_t executor_id) const {
+  return EngineParty{pid_, start_time_, executor_id};
+}
 
-Driver* current_driver() { return g_driver.load(std::memory_order_acquire); }
+Driver* current_driver() {
+  return g_driver.load(std::memory_order_acquire);
+}
 
-uint64_t driver_generation() { return g_generation.load(); }
+uint64_t driver_generation() {
+  return g_generation.load();
+}
 
 CUresult initialize_driver(unsigned flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -113,4 +120,6 @@ void shutdown_driver() {
 
 }  // namespace fakecuda
 
-extern "C" __attribute__((visibility("default"))) void fakecuda_shutdown() { fakecuda::shutdown_driver(); }
+extern "C" __attribute__((visibility("default"))) void fakecuda_shutdown() {
+  fakecuda::shutdown_driver();
+}

@@ -44,7 +44,9 @@ class Driver {
 
   SegmentLayout* layout() const { return segment_.layout(); }
   uint32_t device_count() const { return layout()->device_count; }
-  bool valid_device(int device) const { return device >= 0 && static_cast<uint32_t>(device) < device_count(); }
+  bool valid_device(int device) const {
+    return device >= 0 && static_cast<uint32_t>(device) < device_count();
+  }
   uint64_t context_footprint() const { return layout()->context_footprint_bytes; }
   ProcessRecord& process_record() { return processes_->slot(process_slot_); }
   ProcessTable& processes() { return *processes_; }

@@ -7,7 +7,8 @@
 
 namespace fakecuda {
 
-EngineSession::EngineSession(SegmentLayout* layout, uint32_t device, ProcessRecord* process, EngineParty self)
+EngineSession::EngineSession(SegmentLayout* layout, uint32_t device, ProcessRecord* process,
+                             EngineParty self)
     : engine_(&layout->engines[device], self),
       engine_record_(&layout->engines[device]),
       device_(&layout->devices[device]),
@@ -15,7 +16,9 @@ EngineSession::EngineSession(SegmentLayout* layout, uint32_t device, ProcessReco
       device_index_(device),
       timeslice_ns_(static_cast<int64_t>(layout->timeslice_us) * 1000) {}
 
-int64_t EngineSession::now() { return monotonic_ns(); }
+int64_t EngineSession::now() {
+  return monotonic_ns();
+}
 
 void EngineSession::start_holding() {
   if (!holding_) {
@@ -56,10 +59,13 @@ void EngineSession::charge_busy(int64_t ns) {
 }
 
 void EngineSession::enter_chunk() {
-  if (engine_record_->running_chunks.fetch_add(1) != 0) engine_record_->overlap_violations.fetch_add(1);
+  if (engine_record_->running_chunks.fetch_add(1) != 0)
+    engine_record_->overlap_violations.fetch_add(1);
 }
 
-void EngineSession::leave_chunk() { engine_record_->running_chunks.fetch_sub(1); }
+void EngineSession::leave_chunk() {
+  engine_record_->running_chunks.fetch_sub(1);
+}
 
 void EngineSession::count_kernel() {
   process_->kernels[device_index_].fetch_add(1, std::memory_order_relaxed);

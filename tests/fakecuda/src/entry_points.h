@@ -10,8 +10,9 @@
 
 #include <type_traits>
 
-#define FAKECUDA_ENTRY(name, base, version, suffix) \
-  __attribute__((visibility("hidden"))) std::remove_pointer_t<PFN_##base##_v##version##suffix> fakecuda_impl_##name;
+#define FAKECUDA_ENTRY(name, base, version, suffix)                                            \
+  __attribute__((visibility("hidden"))) std::remove_pointer_t<PFN_##base##_v##version##suffix> \
+      fakecuda_impl_##name;
 
 extern "C" {
 #include "entry_points.def"

@@ -12,25 +12,34 @@
 
 #include "entry_points.h"
 
-#define FAKECUDA_ENTRY(name, base, version, suffix)   \
-  asm(".pushsection .text\n"                          \
-      ".p2align 4\n"                                  \
-      ".globl " #name "\n"                            \
-      ".type " #name ", @function\n"                  \
-      ".globl fakecuda_export_" #name "\n"            \
-      ".hidden fakecuda_export_" #name "\n"           \
-      ".type fakecuda_export_" #name ", @function\n"  \
-      #name ":\n"                                     \
-      "fakecuda_export_" #name ":\n"                  \
-      "  endbr64\n"                                   \
-      "  jmp fakecuda_impl_" #name "\n"               \
-      ".size " #name ", .-" #name "\n"                \
-      ".size fakecuda_export_" #name ", .-" #name "\n"  \
+#define FAKECUDA_ENTRY(name, base, version, suffix)        \
+  asm(".pushsection .text\n"                               \
+      ".p2align 4\n"                                       \
+      ".globl " #name                                      \
+      "\n"                                                 \
+      ".type " #name                                       \
+      ", @function\n"                                      \
+      ".globl fakecuda_export_" #name                      \
+      "\n"                                                 \
+      ".hidden fakecuda_export_" #name                     \
+      "\n"                                                 \
+      ".type fakecuda_export_" #name ", @function\n" #name \
+      ":\n"                                                \
+      "fakecuda_export_" #name                             \
+      ":\n"                                                \
+      "  endbr64\n"                                        \
+      "  jmp fakecuda_impl_" #name                         \
+      "\n"                                                 \
+      ".size " #name ", .-" #name                          \
+      "\n"                                                 \
+      ".size fakecuda_export_" #name ", .-" #name          \
+      "\n"                                                 \
       ".popsection\n");
 #include "entry_points.def"
 #undef FAKECUDA_ENTRY
 
-#define FAKECUDA_ENTRY(name, base, version, suffix) __attribute__((visibility("hidden"))) void fakecuda_export_##name();
+#define FAKECUDA_ENTRY(name, base, version, suffix) \
+  __attribute__((visibility("hidden"))) void fakecuda_export_##name();
 extern "C" {
 #include "entry_points.def"
 }
@@ -39,8 +48,9 @@ extern "C" {
 namespace fakecuda {
 namespace {
 
-#define FAKECUDA_ENTRY(name, base, version, suffix) \
-  EntryPoint{#name, #base, version, sizeof(#suffix) > 1, reinterpret_cast<void*>(&fakecuda_export_##name)},
+#define FAKECUDA_ENTRY(name, base, version, suffix)      \
+  EntryPoint{#name, #base, version, sizeof(#suffix) > 1, \
+             reinterpret_cast<void*>(&fakecuda_export_##name)},
 const EntryPoint kEntryPoints[] = {
 #include "entry_points.def"
 };
@@ -48,6 +58,8 @@ const EntryPoint kEntryPoints[] = {
 
 }  // namespace
 
-std::span<const EntryPoint> entry_points() { return {kEntryPoints, std::size(kEntryPoints)}; }
+std::span<const EntryPoint> entry_points() {
+  return {kEntryPoints, std::size(kEntryPoints)};
+}
 
 }  // namespace fakecuda

@@ -26,8 +26,9 @@ CUresult Graph::add_node(HandleRegistry& handles, Operation op, const CUgraphNod
 
 bool Graph::owns(CUgraphNode node) {
   std::lock_guard lock(mutex_);
-  return std::any_of(nodes_.begin(), nodes_.end(),
-                     [node](const std::shared_ptr<GraphNode>& candidate) { return candidate->handle() == node; });
+  return std::any_of(
+      nodes_.begin(), nodes_.end(),
+      [node](const std::shared_ptr<GraphNode>& candidate) { return candidate->handle() == node; });
 }
 
 std::vector<CUgraphNode> Graph::node_handles() {

@@ -13,7 +13,18 @@
 namespace fakecuda {
 
 enum class HandleKind {
-  Context, Stream, Event, Module, Library, Function, Graph, GraphNode, GraphExec, MemPool, Array, MipmappedArray
+  Context,
+  Stream,
+  Event,
+  Module,
+  Library,
+  Function,
+  Graph,
+  GraphNode,
+  GraphExec,
+  MemPool,
+  Array,
+  MipmappedArray
 };
 
 class HandleObject : public std::enable_shared_from_this<HandleObject> {

@@ -52,7 +52,8 @@ void add_kernel(const KernelArgs& args, WorkScope& scope) {
   auto b = args.get<CUdeviceptr>(8);
   auto out = args.get<CUdeviceptr>(16);
   auto n = args.get<uint64_t>(24);
-  if (!device_range_ok(scope, a, n, sizeof(float)) || !device_range_ok(scope, b, n, sizeof(float)) ||
+  if (!device_range_ok(scope, a, n, sizeof(float)) ||
+      !device_range_ok(scope, b, n, sizeof(float)) ||
       !device_range_ok(scope, out, n, sizeof(float))) {
     scope.queue.fail(CUDA_ERROR_ILLEGAL_ADDRESS);
     return;
@@ -87,7 +88,8 @@ CUresult gather_from_buffer(const KernelDef& kernel, void** extra, KernelArgs& o
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
-  if (buffer == nullptr || size == nullptr || *size < kernel.packed_size()) return CUDA_ERROR_INVALID_VALUE;
+  if (buffer == nullptr || size == nullptr || *size < kernel.packed_size())
+    return CUDA_ERROR_INVALID_VALUE;
   std::memcpy(out.bytes, buffer, kernel.packed_size());
   return CUDA_SUCCESS;
 }
@@ -116,7 +118,8 @@ const KernelDef* find_kernel(std::string_view name) {
   return nullptr;
 }
 
-CUresult gather_kernel_args(const KernelDef& kernel, void** kernel_params, void** extra, KernelArgs& out) {
+CUresult gather_kernel_args(const KernelDef& kernel, void** kernel_params, void** extra,
+                            KernelArgs& out) {
   if (kernel_params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (kernel.param_count == 0) return CUDA_SUCCESS;
   if (extra != nullptr) return gather_from_buffer(kernel, extra, out);

@@ -45,7 +45,8 @@ struct KernelDef {
 const KernelDef* find_kernel(std::string_view name);
 
 // Copies the launch arguments; CUDA_ERROR_INVALID_VALUE if they are missing or malformed.
-CUresult gather_kernel_args(const KernelDef& kernel, void** kernel_params, void** extra, KernelArgs& out);
+CUresult gather_kernel_args(const KernelDef& kernel, void** kernel_params, void** extra,
+                            KernelArgs& out);
 
 // Runs one launch on the executor: validates addresses, occupies the device.
 void execute_kernel(const KernelDef& kernel, const KernelArgs& args, WorkScope& scope);

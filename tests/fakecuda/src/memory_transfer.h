@@ -32,11 +32,11 @@ struct TransferRequest {
 CUresult transfer(const TransferRequest& request);
 
 // 1D convenience wrapper.
-CUresult transfer_1d(uintptr_t dst, MemorySide dst_side, uintptr_t src, MemorySide src_side, size_t bytes,
-                     CUstream stream, bool synchronous);
+CUresult transfer_1d(uintptr_t dst, MemorySide dst_side, uintptr_t src, MemorySide src_side,
+                     size_t bytes, CUstream stream, bool synchronous);
 
 // Memsets share the stream/validation path: value is replicated per element.
-CUresult memset_device(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size, size_t width,
-                       size_t height, CUstream stream, bool synchronous);
+CUresult memset_device(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size,
+                       size_t width, size_t height, CUstream stream, bool synchronous);
 
 }  // namespace fakecuda

@@ -59,7 +59,8 @@ CUresult Function::get_attribute(CUfunction_attribute attribute, int& value) {
 
 CUresult Function::set_attribute(CUfunction_attribute attribute, int value) {
   if (!settable(attribute)) return CUDA_ERROR_INVALID_VALUE;
-  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && (value < 0 || value > kMaxDynamicShared)) {
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES &&
+      (value < 0 || value > kMaxDynamicShared)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   std::lock_guard lock(mutex_);
@@ -76,7 +77,8 @@ int Function::max_dynamic_shared_bytes() {
 int max_active_blocks(int block_size, size_t dynamic_shared_bytes) {
   if (block_size <= 0 || block_size > 1024) return 0;
   int by_threads = kThreadsPerMultiprocessor / block_size;
-  int by_shared = static_cast<int>(kSharedPerMultiprocessor / (dynamic_shared_bytes + kSharedReservedPerBlock));
+  int by_shared =
+      static_cast<int>(kSharedPerMultiprocessor / (dynamic_shared_bytes + kSharedReservedPerBlock));
   return std::max(0, std::min({kBlocksPerMultiprocessor, by_threads, by_shared}));
 }
 

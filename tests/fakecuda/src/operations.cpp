@@ -48,18 +48,20 @@ void execute_memset(const MemsetOp& op, WorkScope& scope) {
     return;
   }
   scope.engine.run_at_least(transfer_time_ns(op.width * op.element_size * op.height), [&] {
-    for (size_t row = 0; row < op.height; ++row) fill_row(reinterpret_cast<unsigned char*>(op.dst + row * op.pitch), op);
+    for (size_t row = 0; row < op.height; ++row)
+      fill_row(reinterpret_cast<unsigned char*>(op.dst + row * op.pitch), op);
   });
 }
 
 void execute_memcpy(const MemcpyOp& op, WorkScope& scope) {
   if (op.width == 0 || op.height == 0) return;
-  const unsigned char* source = op.staging ? op.staging->data() : reinterpret_cast<const unsigned char*>(op.src);
+  const unsigned char* source =
+      op.staging ? op.staging->data() : reinterpret_cast<const unsigned char*>(op.src);
   size_t source_pitch = op.staging ? op.width : op.src_pitch;
   scope.engine.run_at_least(transfer_time_ns(op.width * op.height), [&] {
     for (size_t row = 0; row < op.height; ++row) {
-      std::memmove(reinterpret_cast<unsigned char*>(op.dst + row * op.dst_pitch), source + row * source_pitch,
-                   op.width);
+      std::memmove(reinterpret_cast<unsigned char*>(op.dst + row * op.dst_pitch),
+                   source + row * source_pitch, op.width);
     }
   });
 }
@@ -83,17 +85,18 @@ CUgraphNodeType node_type(const Operation& op) {
 }
 
 void execute_operation(const Operation& op, WorkScope& scope) {
-  std::visit(Overloaded{
-                 [](const EmptyOp&) {},
-                 [&](const KernelLaunch& launch) { execute_kernel(*launch.kernel, launch.args, scope); },
-                 [&](const MemsetOp& memset) { execute_memset(memset, scope); },
-                 [&](const MemcpyOp& memcpy) { execute_memcpy(memcpy, scope); },
-                 [&](const HostCallOp& call) {
-                   scope.engine.release();  // the device is idle while the host function runs
-                   call.fn(call.user_data);
-                 },
-             },
-             op);
+  std::visit(
+      Overloaded{
+          [](const EmptyOp&) {},
+          [&](const KernelLaunch& launch) { execute_kernel(*launch.kernel, launch.args, scope); },
+          [&](const MemsetOp& memset) { execute_memset(memset, scope); },
+          [&](const MemcpyOp& memcpy) { execute_memcpy(memcpy, scope); },
+          [&](const HostCallOp& call) {
+            scope.engine.release();  // the device is idle while the host function runs
+            call.fn(call.user_data);
+          },
+      },
+      op);
 }
 
 CUresult submit_operation(Stream& stream, Operation op) {

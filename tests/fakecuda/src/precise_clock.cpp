@@ -42,6 +42,8 @@ void sleep_until_precise(int64_t deadline_ns) {
   while (monotonic_ns() < deadline_ns) cpu_relax();
 }
 
-void use_tight_timer_slack() { prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); }
+void use_tight_timer_slack() {
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+}
 
 }  // namespace fakecuda

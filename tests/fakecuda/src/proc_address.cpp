@@ -25,7 +25,8 @@ int newest_plain_version(const char* symbol, int limit) {
 
 const EntryPoint* plain_entry(const char* symbol, int version) {
   for (const EntryPoint& entry : entry_points()) {
-    if (!entry.per_thread && entry.version == version && std::strcmp(entry.base_name, symbol) == 0) return &entry;
+    if (!entry.per_thread && entry.version == version && std::strcmp(entry.base_name, symbol) == 0)
+      return &entry;
   }
   return nullptr;
 }
@@ -34,7 +35,9 @@ const EntryPoint* plain_entry(const char* symbol, int version) {
 // own version maps back to it (its newest plain version not newer than itself).
 const EntryPoint* per_thread_entry(const char* symbol, int plain_version, int cuda_version) {
   for (const EntryPoint& entry : entry_points()) {
-    if (!entry.per_thread || entry.version > cuda_version || std::strcmp(entry.base_name, symbol) != 0) continue;
+    if (!entry.per_thread || entry.version > cuda_version ||
+        std::strcmp(entry.base_name, symbol) != 0)
+      continue;
     if (newest_plain_version(symbol, entry.version) == plain_version) return &entry;
   }
   return nullptr;
@@ -47,7 +50,8 @@ bool symbol_known(const char* symbol) {
   return false;
 }
 
-CUresult not_found(void** pfn, CUdriverProcAddressQueryResult* status, CUdriverProcAddressQueryResult why) {
+CUresult not_found(void** pfn, CUdriverProcAddressQueryResult* status,
+                   CUdriverProcAddressQueryResult why) {
   *pfn = nullptr;
   if (status != nullptr) *status = why;
   return CUDA_ERROR_NOT_FOUND;
@@ -57,7 +61,8 @@ CUresult not_found(void** pfn, CUdriverProcAddressQueryResult* status, CUdriverP
 
 CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                           CUdriverProcAddressQueryResult* status) {
-  constexpr cuuint64_t kKnownFlags = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  constexpr cuuint64_t kKnownFlags =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (symbol == nullptr || pfn == nullptr || cuda_version <= 0 || (flags & ~kKnownFlags) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -78,11 +83,13 @@ CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuui
 
 using fakecuda::get_proc_address;
 
-extern "C" CUresult fakecuda_impl_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+extern "C" CUresult fakecuda_impl_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                                   cuuint64_t flags) {
   return get_proc_address(symbol, pfn, cudaVersion, flags, nullptr);
 }
 
-extern "C" CUresult fakecuda_impl_cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
-                                                     cuuint64_t flags, CUdriverProcAddressQueryResult* symbolStatus) {
+extern "C" CUresult fakecuda_impl_cuGetProcAddress_v2(
+    const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+    CUdriverProcAddressQueryResult* symbolStatus) {
   return get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
 }

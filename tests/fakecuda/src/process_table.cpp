@@ -59,7 +59,8 @@ int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& record = layout_->processes[i];
     uint32_t expected = static_cast<uint32_t>(from);
-    if (!record.state.compare_exchange_strong(expected, static_cast<uint32_t>(ProcessState::Claiming))) {
+    if (!record.state.compare_exchange_strong(expected,
+                                              static_cast<uint32_t>(ProcessState::Claiming))) {
       continue;
     }
     record.pid = pid;
@@ -100,10 +101,12 @@ uint64_t ProcessTable::sweep_dead() {
   uint64_t freed = 0;
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& record = layout_->processes[i];
-    if (record.state.load(std::memory_order_acquire) != static_cast<uint32_t>(ProcessState::Live)) continue;
+    if (record.state.load(std::memory_order_acquire) != static_cast<uint32_t>(ProcessState::Live))
+      continue;
     if (process_alive(record.pid, record.start_time)) continue;
     uint32_t expected = static_cast<uint32_t>(ProcessState::Live);
-    if (!record.state.compare_exchange_strong(expected, static_cast<uint32_t>(ProcessState::Reclaiming))) {
+    if (!record.state.compare_exchange_strong(expected,
+                                              static_cast<uint32_t>(ProcessState::Reclaiming))) {
       continue;  // another sweeper got there first
     }
     for (uint32_t d = 0; d < kMaxDevices; ++d) freed += record.used_bytes[d].load();
@@ -115,7 +118,8 @@ uint64_t ProcessTable::sweep_dead() {
 void ProcessTable::retire(int index) {
   ProcessRecord& record = layout_->processes[index];
   uint32_t expected = static_cast<uint32_t>(ProcessState::Live);
-  if (record.state.compare_exchange_strong(expected, static_cast<uint32_t>(ProcessState::Reclaiming))) {
+  if (record.state.compare_exchange_strong(expected,
+                                           static_cast<uint32_t>(ProcessState::Reclaiming))) {
     reclaim(record);
   }
 }

@@ -52,7 +52,9 @@ SegmentLayout* map_layout(int fd) {
 
 }  // namespace
 
-SharedSegment::~SharedSegment() { close(); }
+SharedSegment::~SharedSegment() {
+  close();
+}
 
 void SharedSegment::close() {
   if (layout_ != nullptr) munmap(layout_, sizeof(SegmentLayout));
@@ -133,6 +135,8 @@ bool SharedSegment::open(const std::string& name, bool create_if_missing, const 
   return false;
 }
 
-bool SharedSegment::destroy(const std::string& name) { return shm_unlink(name.c_str()) == 0; }
+bool SharedSegment::destroy(const std::string& name) {
+  return shm_unlink(name.c_str()) == 0;
+}
 
 }  // namespace fakecuda

@@ -57,10 +57,10 @@ struct EngineWaiter {
 };
 
 struct alignas(64) EngineRecord {
-  pthread_mutex_t guard;               // robust + process-shared; held only briefly
+  pthread_mutex_t guard;                // robust + process-shared; held only briefly
   std::atomic<uint32_t> wake_sequence;  // futex word, bumped whenever the engine frees up
   std::atomic<uint32_t> waiter_count;   // read without the guard to decide whether to yield
-  EngineParty owner;                   // owner.pid == 0: engine free
+  EngineParty owner;                    // owner.pid == 0: engine free
   uint64_t next_ticket;
   std::atomic<uint64_t> handoffs;
   // Self-check of the engine's exclusivity: work chunks currently executing, and how
@@ -97,7 +97,8 @@ class SharedSegment {
   ~SharedSegment();
 
   // Returns false and fills `error` when the segment cannot be opened or is foreign.
-  bool open(const std::string& name, bool create_if_missing, const char* log_prefix, std::string& error);
+  bool open(const std::string& name, bool create_if_missing, const char* log_prefix,
+            std::string& error);
   void close();
 
   SegmentLayout* layout() const { return layout_; }

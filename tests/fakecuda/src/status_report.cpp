@@ -23,7 +23,8 @@ bool listed(const ProcessRecord& process, uint32_t state, uint32_t device) {
   return process.busy_ns[device].load() != 0 || process.kernels[device].load() != 0;
 }
 
-void write_process(std::ostringstream& out, const ProcessRecord& process, bool alive, uint32_t device) {
+void write_process(std::ostringstream& out, const ProcessRecord& process, bool alive,
+                   uint32_t device) {
   out << "{\"pid\": " << process.pid << ", \"alive\": " << (alive ? "true" : "false")
       << ", \"used_bytes\": " << process.used_bytes[device].load()
       << ", \"busy_us\": " << process.busy_ns[device].load() / 1000
@@ -34,12 +35,14 @@ void write_device(std::ostringstream& out, SegmentLayout* layout, uint32_t devic
   const DeviceRecord& record = layout->devices[device];
   const EngineRecord& engine = layout->engines[device];
   out << "{\"index\": " << device << ", \"capacity_bytes\": " << record.capacity_bytes
-      << ", \"used_bytes\": " << record.used_bytes.load() << ", \"peak_used_bytes\": " << record.peak_used_bytes.load()
-      << ", \"busy_us\": " << record.busy_ns.load() / 1000 << ", \"kernels_executed\": " << record.kernels_executed.load()
-      << ", \"engine_owner_pid\": " << engine.owner.pid << ", \"engine_waiters\": " << engine.waiter_count.load()
+      << ", \"used_bytes\": " << record.used_bytes.load()
+      << ", \"peak_used_bytes\": " << record.peak_used_bytes.load()
+      << ", \"busy_us\": " << record.busy_ns.load() / 1000
+      << ", \"kernels_executed\": " << record.kernels_executed.load()
+      << ", \"engine_owner_pid\": " << engine.owner.pid
+      << ", \"engine_waiters\": " << engine.waiter_count.load()
       << ", \"engine_handoffs\": " << engine.handoffs.load()
-      << ", \"overlap_violations\": " << engine.overlap_violations.load()
-      << ", \"processes\": [";
+      << ", \"overlap_violations\": " << engine.overlap_violations.load() << ", \"processes\": [";
   bool first = true;
   for (const ProcessRecord& process : layout->processes) {
     uint32_t state = process.state.load();

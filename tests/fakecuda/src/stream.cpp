@@ -6,8 +6,8 @@
 
 namespace fakecuda {
 
-Stream::Stream(std::shared_ptr<StreamQueue> queue, CUcontext context, uint32_t device, unsigned flags, int priority,
-               uint64_t id)
+Stream::Stream(std::shared_ptr<StreamQueue> queue, CUcontext context, uint32_t device,
+               unsigned flags, int priority, uint64_t id)
     : HandleObject(kKind),
       queue_(std::move(queue)),
       context_(context),

@@ -22,8 +22,8 @@ class Stream : public HandleObject {
  public:
   static constexpr HandleKind kKind = HandleKind::Stream;
 
-  Stream(std::shared_ptr<StreamQueue> queue, CUcontext context, uint32_t device, unsigned flags, int priority,
-         uint64_t id);
+  Stream(std::shared_ptr<StreamQueue> queue, CUcontext context, uint32_t device, unsigned flags,
+         int priority, uint64_t id);
 
   CUstream handle() { return reinterpret_cast<CUstream>(this); }
   CUcontext context() const { return context_; }

@@ -10,8 +10,8 @@
 
 namespace fakecuda {
 
-StreamQueue::StreamQueue(SegmentLayout* layout, uint32_t device, ProcessRecord* process, EngineParty self,
-                         const AllocationRegistry& memory)
+StreamQueue::StreamQueue(SegmentLayout* layout, uint32_t device, ProcessRecord* process,
+                         EngineParty self, const AllocationRegistry& memory)
     : engine_(layout, device, process, self), memory_(memory) {
   // Block all signals while spawning so the executor never runs application handlers.
   sigset_t all, previous;
@@ -21,7 +21,9 @@ StreamQueue::StreamQueue(SegmentLayout* layout, uint32_t device, ProcessRecord* 
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
-StreamQueue::~StreamQueue() { shutdown(); }
+StreamQueue::~StreamQueue() {
+  shutdown();
+}
 
 void StreamQueue::shutdown() {
   {

@@ -13,16 +13,20 @@
 namespace fakecuda {
 namespace {
 
-bool aligned(uint64_t value) { return value % kVmmGranularity == 0; }
+bool aligned(uint64_t value) {
+  return value % kVmmGranularity == 0;
+}
 
 // Puts inaccessible address space back over a range (keeps the reservation intact).
 void make_inaccessible(uintptr_t ptr, size_t size) {
-  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
 }  // namespace
 
-CUresult VirtualMemoryTable::create(MemoryAccounting& accounting, size_t size, const CUmemAllocationProp& prop,
+CUresult VirtualMemoryTable::create(MemoryAccounting& accounting, size_t size,
+                                    const CUmemAllocationProp& prop,
                                     CUmemGenericAllocationHandle& handle) {
   if (size == 0 || !aligned(size) || prop.type != CU_MEM_ALLOCATION_TYPE_PINNED ||
       prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id < 0 ||
@@ -46,7 +50,8 @@ CUresult VirtualMemoryTable::create(MemoryAccounting& accounting, size_t size, c
   return CUDA_SUCCESS;
 }
 
-void VirtualMemoryTable::drop_if_unused(MemoryAccounting& accounting, CUmemGenericAllocationHandle handle) {
+void VirtualMemoryTable::drop_if_unused(MemoryAccounting& accounting,
+                                        CUmemGenericAllocationHandle handle) {
   auto it = physical_.find(handle);
   if (it == physical_.end() || it->second.references > 0 || it->second.mappings > 0) return;
   close(it->second.memfd);
@@ -54,7 +59,8 @@ void VirtualMemoryTable::drop_if_unused(MemoryAccounting& accounting, CUmemGener
   physical_.erase(it);
 }
 
-CUresult VirtualMemoryTable::release(MemoryAccounting& accounting, CUmemGenericAllocationHandle handle) {
+CUresult VirtualMemoryTable::release(MemoryAccounting& accounting,
+                                     CUmemGenericAllocationHandle handle) {
   std::lock_guard lock(mutex_);
   auto it = physical_.find(handle);
   if (it == physical_.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -63,7 +69,8 @@ CUresult VirtualMemoryTable::release(MemoryAccounting& accounting, CUmemGenericA
   return CUDA_SUCCESS;
 }
 
-CUresult VirtualMemoryTable::properties(CUmemGenericAllocationHandle handle, CUmemAllocationProp& prop) {
+CUresult VirtualMemoryTable::properties(CUmemGenericAllocationHandle handle,
+                                        CUmemAllocationProp& prop) {
   std::lock_guard lock(mutex_);
   auto it = physical_.find(handle);
   if (it == physical_.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -71,19 +78,21 @@ CUresult VirtualMemoryTable::properties(CUmemGenericAllocationHandle handle, CUm
   return CUDA_SUCCESS;
 }
 
-CUresult VirtualMemoryTable::reserve(size_t size, size_t alignment, CUdeviceptr hint, CUdeviceptr& out) {
+CUresult VirtualMemoryTable::reserve(size_t size, size_t alignment, CUdeviceptr hint,
+                                     CUdeviceptr& out) {
   if (size == 0 || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   if (alignment == 0) alignment = kVmmGranularity;
   if ((alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
   size_t length = size + alignment;
-  void* raw = mmap(reinterpret_cast<void*>(hint), length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* raw = mmap(reinterpret_cast<void*>(hint), length, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   uintptr_t base = (start + alignment - 1) & ~(static_cast<uintptr_t>(alignment) - 1);
   // Trim the slack on both sides so the reservation is exactly [base, base + size).
   if (base > start) munmap(raw, base - start);
-  if (start + length > base + size) munmap(reinterpret_cast<void*>(base + size), start + length - (base + size));
+  if (start + length > base + size)
+    munmap(reinterpret_cast<void*>(base + size), start + length - (base + size));
   std::lock_guard lock(mutex_);
   reservations_[base] = Reservation{size};
   out = base;
@@ -103,12 +112,14 @@ bool VirtualMemoryTable::inside_reservation(uintptr_t ptr, size_t size) const {
   auto it = reservations_.upper_bound(ptr);
   if (it == reservations_.begin()) return false;
   --it;
-  return ptr >= it->first && ptr - it->first <= it->second.size && size <= it->second.size - (ptr - it->first);
+  return ptr >= it->first && ptr - it->first <= it->second.size &&
+         size <= it->second.size - (ptr - it->first);
 }
 
-CUresult VirtualMemoryTable::map(AllocationRegistry& registry, CUdeviceptr ptr, size_t size, size_t offset,
-                                 CUmemGenericAllocationHandle handle) {
-  if (size == 0 || !aligned(ptr) || !aligned(size) || !aligned(offset)) return CUDA_ERROR_INVALID_VALUE;
+CUresult VirtualMemoryTable::map(AllocationRegistry& registry, CUdeviceptr ptr, size_t size,
+                                 size_t offset, CUmemGenericAllocationHandle handle) {
+  if (size == 0 || !aligned(ptr) || !aligned(size) || !aligned(offset))
+    return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(mutex_);
   auto it = physical_.find(handle);
   if (it == physical_.end() || it->second.references == 0) return CUDA_ERROR_INVALID_HANDLE;
@@ -116,8 +127,8 @@ CUresult VirtualMemoryTable::map(AllocationRegistry& registry, CUdeviceptr ptr, 
   if (!inside_reservation(ptr, size) || registry.find(ptr) || registry.find(ptr + size - 1)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  void* mapped = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                      it->second.memfd, static_cast<off_t>(offset));
+  void* mapped = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_FIXED, it->second.memfd, static_cast<off_t>(offset));
   if (mapped == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   ++it->second.mappings;
   Allocation allocation;
@@ -131,13 +142,14 @@ CUresult VirtualMemoryTable::map(AllocationRegistry& registry, CUdeviceptr ptr, 
   return CUDA_SUCCESS;
 }
 
-CUresult VirtualMemoryTable::unmap(MemoryAccounting& accounting, AllocationRegistry& registry, CUdeviceptr ptr,
-                                   size_t size) {
+CUresult VirtualMemoryTable::unmap(MemoryAccounting& accounting, AllocationRegistry& registry,
+                                   CUdeviceptr ptr, size_t size) {
   if (size == 0 || !aligned(ptr) || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(mutex_);
   if (!inside_reservation(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
   std::vector<Allocation> removed = registry.take_if([ptr, size](const Allocation& allocation) {
-    return allocation.kind == MemoryKind::VmmMapping && allocation.base >= ptr && allocation.base - ptr < size;
+    return allocation.kind == MemoryKind::VmmMapping && allocation.base >= ptr &&
+           allocation.base - ptr < size;
   });
   make_inaccessible(ptr, size);
   for (const Allocation& allocation : removed) {
@@ -161,7 +173,8 @@ CUresult VirtualMemoryTable::retain(AllocationRegistry& registry, uintptr_t addr
   return CUDA_SUCCESS;
 }
 
-bool VirtualMemoryTable::mapped(const AllocationRegistry& registry, CUdeviceptr ptr, size_t size) const {
+bool VirtualMemoryTable::mapped(const AllocationRegistry& registry, CUdeviceptr ptr,
+                                size_t size) const {
   // Mappings may be adjacent pieces; walk them.
   uintptr_t cursor = ptr;
   while (cursor < ptr + size) {
@@ -174,7 +187,8 @@ bool VirtualMemoryTable::mapped(const AllocationRegistry& registry, CUdeviceptr 
 
 void VirtualMemoryTable::release_all(MemoryAccounting& accounting) {
   std::lock_guard lock(mutex_);
-  for (auto& [base, reservation] : reservations_) munmap(reinterpret_cast<void*>(base), reservation.size);
+  for (auto& [base, reservation] : reservations_)
+    munmap(reinterpret_cast<void*>(base), reservation.size);
   reservations_.clear();
   for (auto& [handle, physical] : physical_) {
     close(physical.memfd);

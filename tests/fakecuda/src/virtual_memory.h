@@ -29,8 +29,10 @@ class VirtualMemoryTable {
   CUresult free_reservation(CUdeviceptr ptr, size_t size);
   CUresult map(AllocationRegistry& registry, CUdeviceptr ptr, size_t size, size_t offset,
                CUmemGenericAllocationHandle handle);
-  CUresult unmap(MemoryAccounting& accounting, AllocationRegistry& registry, CUdeviceptr ptr, size_t size);
-  CUresult retain(AllocationRegistry& registry, uintptr_t address, CUmemGenericAllocationHandle& handle);
+  CUresult unmap(MemoryAccounting& accounting, AllocationRegistry& registry, CUdeviceptr ptr,
+                 size_t size);
+  CUresult retain(AllocationRegistry& registry, uintptr_t address,
+                  CUmemGenericAllocationHandle& handle);
   // True when [ptr, ptr+size) is entirely mapped (for cuMemSetAccess checks).
   bool mapped(const AllocationRegistry& registry, CUdeviceptr ptr, size_t size) const;
   // Releases everything (shutdown): unmaps, closes memfds and uncharges.

@@ -61,7 +61,8 @@ TEST_F(ApiTest, ContextStackPushPopAndDestroy) {
   EXPECT_EQ(current, context);
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_CONTEXT, cu.cuCtxPushCurrent_v2(created));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_CONTEXT, cu.cuCtxDestroy_v2(created));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_CONTEXT, cu.cuCtxSetCurrent(reinterpret_cast<CUcontext>(0x1234)));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_CONTEXT,
+                  cu.cuCtxSetCurrent(reinterpret_cast<CUcontext>(0x1234)));
 }
 
 // Every cuCtxCreate ABI and the 32-bit v1 memory ABIs, called through their exported names.
@@ -132,8 +133,10 @@ TEST_F(ApiTest, DeviceQueriesDescribeAnH200LikeGpu) {
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
   EXPECT_EQ(attribute(CU_DEVICE_ATTRIBUTE_TCC_DRIVER), 0);
   int value = 0;
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX, 0));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_DEVICE, cu.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 1));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MAX, 0));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_DEVICE,
+                  cu.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 1));
   CUuuid first{}, second{};
   ASSERT_CU(cu.cuDeviceGetUuid_v2(&first, 0));
   ASSERT_CU(cu.cuDeviceGetUuid_v2(&second, 0));
@@ -167,8 +170,10 @@ TEST_F(ApiTest, InvalidHandlesAndNullArgumentsNeverCrash) {
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE, cu.cuStreamDestroy_v2(stream));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE, cu.cuEventRecord(event, nullptr));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE, cu.cuEventSynchronize(event));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE, cu.cuModuleUnload(reinterpret_cast<CUmodule>(&garbage)));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuGraphLaunch(reinterpret_cast<CUgraphExec>(&garbage), nullptr));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE,
+                  cu.cuModuleUnload(reinterpret_cast<CUmodule>(&garbage)));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuGraphLaunch(reinterpret_cast<CUgraphExec>(&garbage), nullptr));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuStreamCreate(nullptr, 0));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuEventCreate(nullptr, 0));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuCtxGetCurrent(nullptr));
@@ -176,9 +181,11 @@ TEST_F(ApiTest, InvalidHandlesAndNullArgumentsNeverCrash) {
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuModuleLoadData(nullptr, "x"));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuEventElapsedTime_v2(nullptr, event, event));
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuMemcpyHtoD_v2(0, nullptr, 16));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuPointerGetAttribute(nullptr, CU_POINTER_ATTRIBUTE_CONTEXT, 0));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuStreamGetCaptureInfo_v3(nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                                        nullptr, nullptr));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuPointerGetAttribute(nullptr, CU_POINTER_ATTRIBUTE_CONTEXT, 0));
+  EXPECT_CU_ERROR(
+      CUDA_ERROR_INVALID_VALUE,
+      cu.cuStreamGetCaptureInfo_v3(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr));
 }
 
 class TwoDeviceTest : public FakeDeviceTest {

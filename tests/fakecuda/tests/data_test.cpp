@@ -85,7 +85,8 @@ TEST_F(DataTest, CopiesToUnknownDeviceMemoryAreRejected) {
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuMemcpyDtoH_v2(host, 0x1000, sizeof host));
   CUdeviceptr device = 0;
   ASSERT_CU(cu.cuMemAlloc_v2(&device, 8));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuMemcpyHtoD_v2(device, host, sizeof host));  // overruns
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuMemcpyHtoD_v2(device, host, sizeof host));  // overruns
   EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuMemsetD32_v2(device, 0, 4));
   ASSERT_CU(cu.cuMemFree_v2(device));
 }
@@ -125,7 +126,8 @@ TEST_F(DataTest, KernelArgumentsThroughExtraBufferAndLaunchKernelEx) {
     uint64_t count;
   } packed{out, 77, 0, 64};
   size_t size = sizeof packed;
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
   CUfunction fill = kernel("fracgpu_fake_fill");
   ASSERT_CU(cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra));
   uint32_t value = 0;
@@ -146,10 +148,13 @@ TEST_F(DataTest, KernelArgumentsThroughExtraBufferAndLaunchKernelEx) {
   ASSERT_CU(cu.cuLaunchKernelEx(&config, fill, params, nullptr));
   ASSERT_CU(cu.cuMemcpyDtoH_v2(&value, out, 4));
   EXPECT_EQ(value, 88u);
-  EXPECT_CU_ERROR(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
-                  cu.cuLaunchCooperativeKernel(fill, 1u << 20, 1, 1, 1024, 1, 1, 0, nullptr, params));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuLaunchKernel(fill, 1, 1, 1, 2048, 1, 1, 0, nullptr, params, nullptr));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+  EXPECT_CU_ERROR(
+      CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+      cu.cuLaunchCooperativeKernel(fill, 1u << 20, 1, 1, 1024, 1, 1, 0, nullptr, params));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuLaunchKernel(fill, 1, 1, 1, 2048, 1, 1, 0, nullptr, params, nullptr));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
 }
 
 TEST_F(DataTest, KernelsFromLibrariesAndUnknownNames) {
@@ -180,7 +185,9 @@ TEST_F(DataTest, OutOfBoundsKernelGivesStickyIllegalAddress) {
   EXPECT_CU_ERROR(CUDA_ERROR_ILLEGAL_ADDRESS, cu.cuStreamSynchronize(nullptr));
 }
 
-void record_order(void* user_data) { static_cast<std::vector<int>*>(user_data)->push_back(1); }
+void record_order(void* user_data) {
+  static_cast<std::vector<int>*>(user_data)->push_back(1);
+}
 
 TEST_F(DataTest, StreamWorkRunsInOrderAndEventsReportProgress) {
   CUstream stream = nullptr;
@@ -199,7 +206,8 @@ TEST_F(DataTest, StreamWorkRunsInOrderAndEventsReportProgress) {
   EXPECT_EQ(order.size(), 1u);
   ASSERT_CU(cu.cuStreamQuery(stream));
   float ms = 0;
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE, cu.cuEventElapsedTime_v2(&ms, done, reinterpret_cast<CUevent>(&ms)));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_HANDLE,
+                  cu.cuEventElapsedTime_v2(&ms, done, reinterpret_cast<CUevent>(&ms)));
   ASSERT_CU(cu.cuEventDestroy_v2(done));
   ASSERT_CU(cu.cuStreamDestroy_v2(stream));
 }

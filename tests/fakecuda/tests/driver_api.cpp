@@ -18,8 +18,8 @@ DriverApi load() {
   DriverApi api;
   api.handle = dlopen(FAKECUDA_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
   if (api.handle == nullptr) fail("dlopen " FAKECUDA_LIBRARY_PATH, dlerror());
-#define FAKECUDA_TEST_LOAD(name, type)                                  \
-  api.name = reinterpret_cast<type>(dlsym(api.handle, #name));         \
+#define FAKECUDA_TEST_LOAD(name, type)                         \
+  api.name = reinterpret_cast<type>(dlsym(api.handle, #name)); \
   if (api.name == nullptr) fail("missing symbol", #name);
   FAKECUDA_TEST_API(FAKECUDA_TEST_LOAD)
 #undef FAKECUDA_TEST_LOAD
@@ -28,14 +28,18 @@ DriverApi load() {
 
 }  // namespace
 
-void* DriverApi::symbol(const char* name) const { return dlsym(handle, name); }
+void* DriverApi::symbol(const char* name) const {
+  return dlsym(handle, name);
+}
 
 DriverApi& driver_api() {
   static DriverApi api = load();
   return api;
 }
 
-const char* library_path() { return FAKECUDA_LIBRARY_PATH; }
+const char* library_path() {
+  return FAKECUDA_LIBRARY_PATH;
+}
 
 std::string error_name(CUresult result) {
   const char* name = nullptr;

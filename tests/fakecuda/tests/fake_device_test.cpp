@@ -15,7 +15,8 @@ namespace {
 std::atomic<int> g_test_counter{0};
 
 std::string unique_segment_name() {
-  return "/fakecuda-test-" + std::to_string(getpid()) + "-" + std::to_string(g_test_counter.fetch_add(1));
+  return "/fakecuda-test-" + std::to_string(getpid()) + "-" +
+         std::to_string(g_test_counter.fetch_add(1));
 }
 
 uint64_t number_after(const std::string& json, const std::string& key, size_t from = 0) {
@@ -50,8 +51,10 @@ DeviceStatus parse_device_status(const std::string& json, int index) {
   status.busy_us = number_after(device, "busy_us");
   status.kernels = number_after(device, "kernels_executed");
   status.overlap_violations = number_after(device, "overlap_violations");
-  // Process objects look like {"pid": N, "alive": B, "used_bytes": N, "busy_us": N, "kernels_executed": N}.
-  for (size_t at = device.find("{\"pid\": "); at != std::string::npos; at = device.find("{\"pid\": ", at + 1)) {
+  // Process objects look like {"pid": N, "alive": B, "used_bytes": N, "busy_us": N,
+  // "kernels_executed": N}.
+  for (size_t at = device.find("{\"pid\": "); at != std::string::npos;
+       at = device.find("{\"pid\": ", at + 1)) {
     ProcessStatus p;
     p.pid = static_cast<int>(number_after(device, "pid", at));
     p.alive = device.compare(device.find("\"alive\": ", at) + 9, 4, "true") == 0;
@@ -97,17 +100,21 @@ CUfunction FakeDeviceTest::kernel(const char* name) {
 
 void FakeDeviceTest::launch_spin(CUstream stream, uint32_t microseconds) {
   void* params[] = {&microseconds};
-  ASSERT_CU(cu.cuLaunchKernel(kernel("fracgpu_fake_spin"), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+  ASSERT_CU(
+      cu.cuLaunchKernel(kernel("fracgpu_fake_spin"), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
 }
 
 void FakeDeviceTest::launch_fill(CUstream stream, CUdeviceptr dst, uint32_t value, uint64_t count) {
   void* params[] = {&dst, &value, &count};
-  ASSERT_CU(cu.cuLaunchKernel(kernel("fracgpu_fake_fill"), 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
+  ASSERT_CU(cu.cuLaunchKernel(kernel("fracgpu_fake_fill"), 1, 1, 1, 128, 1, 1, 0, stream, params,
+                              nullptr));
 }
 
-void FakeDeviceTest::launch_add(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, uint64_t n) {
+void FakeDeviceTest::launch_add(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out,
+                                uint64_t n) {
   void* params[] = {&a, &b, &out, &n};
-  ASSERT_CU(cu.cuLaunchKernel(kernel("fracgpu_fake_add"), 1, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
+  ASSERT_CU(cu.cuLaunchKernel(kernel("fracgpu_fake_add"), 1, 1, 1, 128, 1, 1, 0, stream, params,
+                              nullptr));
 }
 
 std::string FakeDeviceTest::ctl(const std::string& command, int* exit_status) {
@@ -120,6 +127,8 @@ uint64_t FakeDeviceTest::free_bytes() {
   return free;
 }
 
-const char* child_program() { return FAKECUDA_TEST_CHILD_PATH; }
+const char* child_program() {
+  return FAKECUDA_TEST_CHILD_PATH;
+}
 
 }  // namespace fakecuda_test

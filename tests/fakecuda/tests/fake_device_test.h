@@ -13,18 +13,18 @@
 
 #include "driver_api.h"
 
-#define ASSERT_CU(expr)                                                                    \
-  do {                                                                                     \
-    CUresult fakecuda_result_ = (expr);                                                    \
-    ASSERT_EQ(fakecuda_result_, CUDA_SUCCESS) << #expr << " -> "                           \
-                                              << fakecuda_test::error_name(fakecuda_result_); \
+#define ASSERT_CU(expr)                                                    \
+  do {                                                                     \
+    CUresult fakecuda_result_ = (expr);                                    \
+    ASSERT_EQ(fakecuda_result_, CUDA_SUCCESS)                              \
+        << #expr << " -> " << fakecuda_test::error_name(fakecuda_result_); \
   } while (0)
 
-#define EXPECT_CU_ERROR(expected, expr)                                              \
-  do {                                                                               \
-    CUresult fakecuda_result_ = (expr);                                              \
-    EXPECT_EQ(fakecuda_result_, expected) << #expr << " -> "                         \
-                                          << fakecuda_test::error_name(fakecuda_result_); \
+#define EXPECT_CU_ERROR(expected, expr)                                    \
+  do {                                                                     \
+    CUresult fakecuda_result_ = (expr);                                    \
+    EXPECT_EQ(fakecuda_result_, expected)                                  \
+        << #expr << " -> " << fakecuda_test::error_name(fakecuda_result_); \
   } while (0)
 
 namespace fakecuda_test {

@@ -55,7 +55,8 @@ TEST_F(GraphTest, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   CUgraph captured_graph = nullptr;
   const CUgraphNode* frontier = nullptr;
   size_t frontier_size = 0;
-  ASSERT_CU(cu.cuStreamGetCaptureInfo_v3(stream, &capturing, &id, &captured_graph, &frontier, nullptr, &frontier_size));
+  ASSERT_CU(cu.cuStreamGetCaptureInfo_v3(stream, &capturing, &id, &captured_graph, &frontier,
+                                         nullptr, &frontier_size));
   EXPECT_NE(id, 0u);
   EXPECT_EQ(frontier_size, 1u);
   ASSERT_CU(cu.cuCtxSynchronize());
@@ -66,7 +67,8 @@ TEST_F(GraphTest, CapturedWorkRunsOnlyWhenTheGraphIsLaunched) {
   ASSERT_CU(cu.cuStreamEndCapture(stream, &graph));
   EXPECT_EQ(graph, captured_graph);
   EXPECT_EQ(node_types(graph),
-            (std::vector<CUgraphNodeType>{CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_KERNEL}));
+            (std::vector<CUgraphNodeType>{CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEMSET,
+                                          CU_GRAPH_NODE_TYPE_KERNEL}));
   CUgraphExec exec = nullptr;
   ASSERT_CU(cu.cuGraphInstantiateWithFlags(&exec, graph, 0));
   ASSERT_CU(cu.cuGraphLaunch(exec, stream));
@@ -110,7 +112,8 @@ TEST_F(GraphTest, ExplicitlyBuiltGraphRunsInDependencyOrder) {
   EXPECT_EQ(host[7], 3u);
   EXPECT_EQ(host[8], 5u);
   CUgraphNode foreign = reinterpret_cast<CUgraphNode>(&host);
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuGraphAddMemsetNode(&memset, graph, &foreign, 1, &memset_params, context));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuGraphAddMemsetNode(&memset, graph, &foreign, 1, &memset_params, context));
   ASSERT_CU(cu.cuGraphExecDestroy(exec));
   ASSERT_CU(cu.cuGraphDestroy(graph));
 }
@@ -125,7 +128,8 @@ TEST_F(GraphTest, SynchronizingDuringCaptureInvalidatesIt) {
   CUstreamCaptureStatus capturing{};
   ASSERT_CU(cu.cuStreamIsCapturing(stream, &capturing));
   EXPECT_EQ(capturing, CU_STREAM_CAPTURE_STATUS_NONE);
-  EXPECT_CU_ERROR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cu.cuStreamBeginCapture_v2(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERROR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                  cu.cuStreamBeginCapture_v2(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL));
 }
 
 TEST_F(GraphTest, CaptureForksAndJoinsThroughEvents) {

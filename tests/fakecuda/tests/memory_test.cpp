@@ -86,7 +86,8 @@ TEST_F(MemoryTest, PinnedHostMemoryIsNotCharged) {
   static_cast<char*>(host)[0] = 1;
   EXPECT_EQ(free_bytes(), before);
   unsigned memory_type = 0;
-  ASSERT_CU(cu.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(host)));
+  ASSERT_CU(cu.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                     reinterpret_cast<CUdeviceptr>(host)));
   EXPECT_EQ(memory_type, CU_MEMORYTYPE_HOST);
   ASSERT_CU(cu.cuMemFreeHost(host));
 }
@@ -98,7 +99,7 @@ TEST_F(MemoryTest, EachContextChargesItsFootprint) {
   EXPECT_EQ(free_bytes(), before - 64 * kMiB);
   CUdeviceptr pointer = 0;
   ASSERT_CU(cu.cuMemAlloc_v2(&pointer, 8 * kMiB));  // owned by `extra`
-  ASSERT_CU(cu.cuCtxDestroy_v2(extra));              // frees the context and its memory
+  ASSERT_CU(cu.cuCtxDestroy_v2(extra));             // frees the context and its memory
   ASSERT_CU(cu.cuCtxSetCurrent(context));
   EXPECT_EQ(free_bytes(), before);
 }
@@ -109,7 +110,8 @@ TEST_F(MemoryTest, VirtualMemoryIsChargedAtCreateAndSharesData) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
   size_t granularity = 0;
-  ASSERT_CU(cu.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  ASSERT_CU(
+      cu.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   ASSERT_EQ(granularity, 2 * kMiB);
   uint64_t before = free_bytes();
   CUmemGenericAllocationHandle handle = 0;
@@ -135,7 +137,8 @@ TEST_F(MemoryTest, VirtualMemoryIsChargedAtCreateAndSharesData) {
   EXPECT_EQ(free_bytes(), before);
   ASSERT_CU(cu.cuMemAddressFree(a, 4 * kMiB));
   ASSERT_CU(cu.cuMemAddressFree(b, 4 * kMiB));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuMemCreate(&handle, 3 * kMiB, &prop, 0));  // not granular
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuMemCreate(&handle, 3 * kMiB, &prop, 0));  // not granular
 }
 
 TEST_F(MemoryTest, ArraysAreChargedByTheirSize) {

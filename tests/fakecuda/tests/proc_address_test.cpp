@@ -18,7 +18,8 @@ class ProcAddressTest : public FakeDeviceTest {
   void* lookup(const char* symbol, int version, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
     void* pfn = nullptr;
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    EXPECT_EQ(cu.cuGetProcAddress_v2(symbol, &pfn, version, flags, &status), CUDA_SUCCESS) << symbol << "@" << version;
+    EXPECT_EQ(cu.cuGetProcAddress_v2(symbol, &pfn, version, flags, &status), CUDA_SUCCESS)
+        << symbol << "@" << version;
     EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
     return pfn;
   }
@@ -39,9 +40,12 @@ TEST_F(ProcAddressTest, PerThreadFlagSelectsPtszAndPtdsVariants) {
   EXPECT_EQ(lookup("cuLaunchKernel", 13000), cu.symbol("cuLaunchKernel"));
   EXPECT_EQ(lookup("cuLaunchKernel", 13000, kPerThread), cu.symbol("cuLaunchKernel_ptsz"));
   EXPECT_EQ(lookup("cuMemcpyHtoD", 13000, kPerThread), cu.symbol("cuMemcpyHtoD_v2_ptds"));
-  EXPECT_EQ(lookup("cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM), cu.symbol("cuMemcpyHtoD_v2"));
-  EXPECT_EQ(lookup("cuStreamBeginCapture", 10000, kPerThread), cu.symbol("cuStreamBeginCapture_ptsz"));
-  EXPECT_EQ(lookup("cuStreamBeginCapture", 13000, kPerThread), cu.symbol("cuStreamBeginCapture_v2_ptsz"));
+  EXPECT_EQ(lookup("cuMemcpyHtoD", 13000, CU_GET_PROC_ADDRESS_LEGACY_STREAM),
+            cu.symbol("cuMemcpyHtoD_v2"));
+  EXPECT_EQ(lookup("cuStreamBeginCapture", 10000, kPerThread),
+            cu.symbol("cuStreamBeginCapture_ptsz"));
+  EXPECT_EQ(lookup("cuStreamBeginCapture", 13000, kPerThread),
+            cu.symbol("cuStreamBeginCapture_v2_ptsz"));
   EXPECT_EQ(lookup("cuInit", 13000, kPerThread), cu.symbol("cuInit"));  // no per-thread variant
   EXPECT_EQ(lookup("cuGetProcAddress", 13000), cu.symbol("cuGetProcAddress_v2"));
   EXPECT_EQ(lookup("cuGetProcAddress", 11030), cu.symbol("cuGetProcAddress"));
@@ -50,15 +54,20 @@ TEST_F(ProcAddressTest, PerThreadFlagSelectsPtszAndPtdsVariants) {
 TEST_F(ProcAddressTest, ReportsUnknownSymbolsAndInsufficientVersions) {
   void* pfn = reinterpret_cast<void*>(0x1);
   CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
-  EXPECT_CU_ERROR(CUDA_ERROR_NOT_FOUND, cu.cuGetProcAddress_v2("cuNoSuchFunction", &pfn, 13000, 0, &status));
+  EXPECT_CU_ERROR(CUDA_ERROR_NOT_FOUND,
+                  cu.cuGetProcAddress_v2("cuNoSuchFunction", &pfn, 13000, 0, &status));
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   EXPECT_EQ(pfn, nullptr);
-  EXPECT_CU_ERROR(CUDA_ERROR_NOT_FOUND, cu.cuGetProcAddress_v2("cuMemAllocAsync", &pfn, 11000, 0, &status));
+  EXPECT_CU_ERROR(CUDA_ERROR_NOT_FOUND,
+                  cu.cuGetProcAddress_v2("cuMemAllocAsync", &pfn, 11000, 0, &status));
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_CU_ERROR(CUDA_ERROR_NOT_FOUND, cu.cuGetProcAddress("cuMemAllocAsync", &pfn, 11000, 0));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuGetProcAddress_v2("cuInit", &pfn, 13000, 0x80, &status));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuGetProcAddress_v2(nullptr, &pfn, 13000, 0, &status));
-  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, cu.cuGetProcAddress_v2("cuInit", nullptr, 13000, 0, &status));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuGetProcAddress_v2("cuInit", &pfn, 13000, 0x80, &status));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuGetProcAddress_v2(nullptr, &pfn, 13000, 0, &status));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE,
+                  cu.cuGetProcAddress_v2("cuInit", nullptr, 13000, 0, &status));
   ASSERT_CU(cu.cuGetProcAddress("cuMemAlloc", &pfn, 13000, 0));
   EXPECT_EQ(pfn, cu.symbol("cuMemAlloc_v2"));
 }
@@ -87,7 +96,8 @@ std::vector<TypedefEntry> read_typedefs() {
   // Matches "PFN_<base>_v<digits>[_ptsz|_ptds])(" without std::regex (which trips
   // GCC 12's -Wmaybe-uninitialized under sanitizers).
   std::vector<TypedefEntry> entries;
-  for (size_t at = source.find("PFN_cu"); at != std::string::npos; at = source.find("PFN_cu", at + 1)) {
+  for (size_t at = source.find("PFN_cu"); at != std::string::npos;
+       at = source.find("PFN_cu", at + 1)) {
     size_t close = source.find(")(", at);
     if (close == std::string::npos) break;
     std::string name = source.substr(at + 4, close - at - 4);
@@ -96,10 +106,12 @@ std::vector<TypedefEntry> read_typedefs() {
       suffix = name.substr(name.size() - 5);
       name.resize(name.size() - 5);
     }
-    constexpr const char* kIdentifier = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+    constexpr const char* kIdentifier =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
     if (name.find_first_not_of(kIdentifier) != std::string::npos) continue;
     size_t version_at = name.rfind("_v");
-    if (version_at == std::string::npos || name.find_first_not_of("0123456789", version_at + 2) != std::string::npos ||
+    if (version_at == std::string::npos ||
+        name.find_first_not_of("0123456789", version_at + 2) != std::string::npos ||
         version_at + 2 == name.size()) {
       continue;
     }

@@ -80,7 +80,8 @@ TEST_F(ProcessTest, ChildFailsCleanlyWhenTheDeviceIsFull) {
 
 TEST_F(ProcessTest, ForkedChildStartsUninitialisedAndCanInitItself) {
 #if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer cannot start threads in a child forked from a multi-threaded process";
+  GTEST_SKIP()
+      << "ThreadSanitizer cannot start threads in a child forked from a multi-threaded process";
 #endif
   pid_t pid = fork();
   if (pid == 0) {
@@ -98,7 +99,8 @@ TEST_F(ProcessTest, ForkedChildStartsUninitialisedAndCanInitItself) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_TRUE(eventually([&] { return device_status().used == 64 * kMiB; }));  // the child's memory came back
+  EXPECT_TRUE(eventually(
+      [&] { return device_status().used == 64 * kMiB; }));  // the child's memory came back
 }
 
 }  // namespace

@@ -67,7 +67,8 @@ int spin(long millis, uint32_t kernel_us, int batch) {
   void* params[] = {&kernel_us};
   while (std::chrono::steady_clock::now() < deadline) {
     for (int i = 0; i < batch; ++i) {
-      check(cu.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+      check(cu.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            "cuLaunchKernel");
       ++kernels;
     }
     check(cu.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
@@ -83,9 +84,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "hold" && argc == 3) return hold(std::strtoull(argv[2], nullptr, 10));
   if (mode == "spin" && argc == 5) {
-    return spin(std::strtol(argv[2], nullptr, 10), static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10)),
-                std::atoi(argv[4]));
+    return spin(std::strtol(argv[2], nullptr, 10),
+                static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10)), std::atoi(argv[4]));
   }
-  std::fprintf(stderr, "usage: fakecuda-test-child hold <bytes> | spin <millis> <kernel_us> <batch>\n");
+  std::fprintf(stderr,
+               "usage: fakecuda-test-child hold <bytes> | spin <millis> <kernel_us> <batch>\n");
   return 2;
 }

@@ -14,7 +14,8 @@ namespace fakecuda_test {
 namespace {
 
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 class TimingTest : public FakeDeviceTest {};
@@ -62,13 +63,15 @@ TEST_F(TimingTest, TwoProcessesShareTheDeviceFairlyAndNeverOverlap) {
   ASSERT_NE(pa, nullptr);
   ASSERT_NE(pb, nullptr);
   double total = static_cast<double>(pa->busy_us + pb->busy_us);
-  std::printf("[ measured ] busy %llu / %llu us (%.1f%% / %.1f%%), sum %.0f of %.0f us wall, kernels %llu / %llu\n",
-              static_cast<unsigned long long>(pa->busy_us), static_cast<unsigned long long>(pb->busy_us),
-              100.0 * pa->busy_us / total, 100.0 * pb->busy_us / total, total, wall_us,
-              static_cast<unsigned long long>(pa->kernels), static_cast<unsigned long long>(pb->kernels));
+  std::printf(
+      "[ measured ] busy %llu / %llu us (%.1f%% / %.1f%%), sum %.0f of %.0f us wall, kernels %llu "
+      "/ %llu\n",
+      static_cast<unsigned long long>(pa->busy_us), static_cast<unsigned long long>(pb->busy_us),
+      100.0 * pa->busy_us / total, 100.0 * pb->busy_us / total, total, wall_us,
+      static_cast<unsigned long long>(pa->kernels), static_cast<unsigned long long>(pb->kernels));
   EXPECT_NEAR(pa->busy_us / total, 0.5, 0.1) << pa->busy_us << " vs " << pb->busy_us;
-  EXPECT_LE(total, wall_us);                      // one context at a time
-  EXPECT_GE(total, 0.8 * 2'000'000);              // and the device was kept busy
+  EXPECT_LE(total, wall_us);          // one context at a time
+  EXPECT_GE(total, 0.8 * 2'000'000);  // and the device was kept busy
   EXPECT_EQ(status.overlap_violations, 0u);
   EXPECT_EQ(status.kernels, pa->kernels + pb->kernels);
 }
@@ -76,7 +79,7 @@ TEST_F(TimingTest, TwoProcessesShareTheDeviceFairlyAndNeverOverlap) {
 TEST_F(TimingTest, LongKernelIsPreemptedAtTimesliceBoundaries) {
   CUcontext other = nullptr;
   ASSERT_CU(cu.cuCtxCreate_v4(&other, nullptr, 0, 0));  // now current
-  launch_spin(nullptr, 300000);                          // 300 ms in `other`
+  launch_spin(nullptr, 300000);                         // 300 ms in `other`
   ASSERT_CU(cu.cuCtxSetCurrent(context));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto start = std::chrono::steady_clock::now();
@@ -95,12 +98,14 @@ TEST_F(TimingTest, EngineHeldByAKilledProcessIsTakenBack) {
   ASSERT_EQ(holder.read_line(), "ready");
   holder.write_line("go");
   std::string json;
-  for (int i = 0; i < 200 && json.find("\"engine_owner_pid\": " + std::to_string(holder.pid())) == std::string::npos;
+  for (int i = 0; i < 200 && json.find("\"engine_owner_pid\": " + std::to_string(holder.pid())) ==
+                                 std::string::npos;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     json = ctl("status");
   }
-  ASSERT_NE(json.find("\"engine_owner_pid\": " + std::to_string(holder.pid())), std::string::npos) << json;
+  ASSERT_NE(json.find("\"engine_owner_pid\": " + std::to_string(holder.pid())), std::string::npos)
+      << json;
   holder.kill_hard();  // dies holding the engine
   holder.wait();
   auto start = std::chrono::steady_clock::now();

@@ -21,7 +21,8 @@ int usage() {
   return 2;
 }
 
-int with_segment(const std::string& name, void (*action)(fakecuda::SegmentLayout*, const std::string&)) {
+int with_segment(const std::string& name,
+                 void (*action)(fakecuda::SegmentLayout*, const std::string&)) {
   fakecuda::SharedSegment segment;
   std::string error;
   if (!segment.open(name, true, kLogPrefix, error)) {
@@ -36,7 +37,9 @@ void print_status(fakecuda::SegmentLayout* layout, const std::string& name) {
   std::fputs(fakecuda::status_json(layout, name).c_str(), stdout);
 }
 
-void reset_peak(fakecuda::SegmentLayout* layout, const std::string&) { fakecuda::reset_peaks(layout); }
+void reset_peak(fakecuda::SegmentLayout* layout, const std::string&) {
+  fakecuda::reset_peaks(layout);
+}
 
 }  // namespace
 
