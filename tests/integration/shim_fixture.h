@@ -40,7 +40,7 @@ class ShimFixture : public ::testing::Test {
 
   // Hook counters written by the shim at exit (all processes of the test, summed).
   nlohmann::json hook_stats() const {
-    nlohmann::json merged = nlohmann::json::object();
+    nlohmann::json merged = {{"hooks", nlohmann::json::object()}};
     for (const auto& entry : std::filesystem::directory_iterator(stats_dir_.path())) {
       auto doc = nlohmann::json::parse(read_text(entry.path()), nullptr, false);
       if (doc.is_discarded()) continue;

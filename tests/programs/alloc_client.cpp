@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -200,8 +201,8 @@ int routes(const Args& a) {
   record("cuMemCreate", c, used_now());
 
   CUDA_ARRAY3D_DESCRIPTOR desc{};
-  desc.Width = 1024;
-  desc.Height = a.bytes / 1024 / 4;
+  desc.Width = 8192;  // within every GPU's 2D (mipmapped) array limits up to 256 MiB of floats
+  desc.Height = std::max<uint64_t>(a.bytes / 8192 / 4, 1);
   desc.Depth = 0;
   desc.Format = CU_AD_FORMAT_FLOAT;
   desc.NumChannels = 1;
