@@ -212,5 +212,32 @@ TEST_F(DataTest, StreamWorkRunsInOrderAndEventsReportProgress) {
   ASSERT_CU(cu.cuStreamDestroy_v2(stream));
 }
 
+TEST_F(DataTest, StreamWaitsForAnEventOfAnotherContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cu.cuCtxCreate_v4(&other, nullptr, 0, 0));
+  CUevent produced = nullptr;
+  ASSERT_CU(cu.cuEventCreate(&produced, CU_EVENT_DISABLE_TIMING));
+  launch_spin(nullptr, 30000);  // 30 ms in `other`
+  ASSERT_CU(cu.cuEventRecord(produced, nullptr));
+  ASSERT_CU(cu.cuCtxSetCurrent(context));
+  CUdeviceptr flag = 0;
+  ASSERT_CU(cu.cuMemAlloc_v2(&flag, 4));
+  ASSERT_CU(cu.cuMemsetD32_v2(flag, 0, 1));
+  CUstream stream = nullptr;
+  ASSERT_CU(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cu.cuStreamWaitEvent(stream, produced, 0));
+  ASSERT_CU(cu.cuMemsetD32Async(flag, 1, 1, stream));
+  EXPECT_CU_ERROR(CUDA_ERROR_NOT_READY, cu.cuEventQuery(produced));
+  EXPECT_CU_ERROR(CUDA_ERROR_NOT_READY, cu.cuStreamQuery(stream));
+  ASSERT_CU(cu.cuStreamSynchronize(stream));
+  EXPECT_CU_ERROR(CUDA_SUCCESS, cu.cuEventQuery(produced));  // the wait really waited
+  uint32_t value = 0;
+  ASSERT_CU(cu.cuMemcpyDtoH_v2(&value, flag, 4));
+  EXPECT_EQ(value, 1u);
+  ASSERT_CU(cu.cuStreamDestroy_v2(stream));
+  ASSERT_CU(cu.cuEventDestroy_v2(produced));
+  ASSERT_CU(cu.cuCtxDestroy_v2(other));
+}
+
 }  // namespace
 }  // namespace fakecuda_test

@@ -183,6 +183,39 @@ TEST_F(MemoryTest, StreamOrderedAllocationFreesWhenTheStreamGetsThere) {
   ASSERT_CU(cu.cuStreamDestroy_v2(stream));
 }
 
+TEST_F(MemoryTest, ExplicitPoolsAllocateOnTheirDeviceAndKeepAttributes) {
+  auto pool_create = reinterpret_cast<PFN_cuMemPoolCreate_v11020>(cu.symbol("cuMemPoolCreate"));
+  auto pool_destroy = reinterpret_cast<PFN_cuMemPoolDestroy_v11020>(cu.symbol("cuMemPoolDestroy"));
+  auto pool_set =
+      reinterpret_cast<PFN_cuMemPoolSetAttribute_v11020>(cu.symbol("cuMemPoolSetAttribute"));
+  auto from_pool =
+      reinterpret_cast<PFN_cuMemAllocFromPoolAsync_v11020>(cu.symbol("cuMemAllocFromPoolAsync"));
+  auto trim = reinterpret_cast<PFN_cuMemPoolTrimTo_v11020>(cu.symbol("cuMemPoolTrimTo"));
+  ASSERT_TRUE(pool_create && pool_destroy && pool_set && from_pool && trim);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(pool_create(&pool, &props));
+  uint64_t threshold = 64 * kMiB, read_back = 0;
+  ASSERT_CU(pool_set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  ASSERT_CU(cu.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &read_back));
+  EXPECT_EQ(read_back, threshold);
+  uint64_t before = free_bytes();
+  CUdeviceptr pointer = 0;
+  ASSERT_CU(from_pool(&pointer, 8 * kMiB, pool, nullptr));
+  EXPECT_EQ(free_bytes(), before - 8 * kMiB);
+  ASSERT_CU(cu.cuMemFreeAsync(pointer, nullptr));
+  ASSERT_CU(cu.cuCtxSynchronize());
+  ASSERT_CU(trim(pool, 0));
+  EXPECT_EQ(free_bytes(), before);  // nothing is cached by a pool
+  ASSERT_CU(pool_destroy(pool));
+  CUmemoryPool default_pool = nullptr;
+  ASSERT_CU(cu.cuDeviceGetDefaultMemPool(&default_pool, 0));
+  EXPECT_CU_ERROR(CUDA_ERROR_INVALID_VALUE, pool_destroy(default_pool));
+}
+
 TEST_F(MemoryTest, PeakUsedIsTrackedAndCanBeReset) {
   CUdeviceptr pointer = 0;
   ASSERT_CU(cu.cuMemAlloc_v2(&pointer, 100 * kMiB));
