@@ -160,14 +160,15 @@ Result<nlohmann::json> Broker::update_tenant(const nlohmann::json& tenant_json) 
 }
 
 Status Broker::delete_tenant(const std::string& name) {
-  if (registry_->find(name) == nullptr) return Status::failure("no tenant named '" + name.substr(0, 80) + "'");
+  // Forget the tenant on disk first: if that fails, it stays fully served.
+  if (auto s = registry_->remove(name); !s) return s;
   if (auto it = tenant_servers_.find(name); it != tenant_servers_.end()) {
     it->second->shutdown(true);
     tenant_servers_.erase(it);
   }
   tracker_->forget_tenant(name);
   reconciler_->forget(name);
-  return registry_->remove(name);
+  return {};
 }
 
 nlohmann::json Broker::list_tenants() {

@@ -69,22 +69,44 @@ uint32_t live_process_count(const TenantLedger& ledger) {
   return n;
 }
 
-uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
+namespace {
+
+// One past the last slot in use. Slot states change only in the broker, so the bound is
+// stable while it reconciles; summing only up to it keeps the window between reading the
+// counter and the CAS short, which is what lets the CAS win against busy processes.
+uint32_t slot_bound(const TenantLedger& ledger) {
+  for (uint32_t i = kMaxProcesses; i > 0; --i) {
+    if (state_of(ledger.processes[i - 1]) != SlotState::kFree) return i;
+  }
+  return 0;
+}
+
+uint64_t sum_live(const TenantLedger& ledger, uint32_t device, uint32_t bound) {
   uint64_t sum = 0;
-  for (const auto& s : ledger.processes) {
+  for (uint32_t i = 0; i < bound; ++i) {
+    const ProcessSlot& s = ledger.processes[i];
     if (state_of(s) == SlotState::kLive) sum += s.used[device].load();
   }
   return sum;
 }
 
+}  // namespace
+
+uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
+  return sum_live(ledger, device, kMaxProcesses);
+}
+
 bool reconcile_device(TenantLedger& ledger, uint32_t device, int attempts) {
   if (device >= kMaxDevices) return true;
   std::atomic<uint64_t>& used = ledger.devices[device].used;
+  const uint32_t bound = slot_bound(ledger);
   for (int i = 0; i < attempts; ++i) {
-    // Read the counter BEFORE summing the slots: a release that lands between the two
-    // reads then makes the CAS fail instead of leaving its bytes counted.
+    // Read the counter BEFORE summing the slots. Summing first would under-count: a
+    // process could add to its slot and CAS the counter between our sum and our read,
+    // and the CAS below would then erase its bytes. This way any counter change after
+    // our read makes the CAS fail and we retry.
     uint64_t seen = used.load();
-    const uint64_t truth = live_slot_sum(ledger, device);
+    const uint64_t truth = sum_live(ledger, device, bound);
     if (seen == truth || used.compare_exchange_strong(seen, truth)) return true;
   }
   return false;
