@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout v1).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.1).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -13,9 +13,17 @@
 //    DeviceUsage.used from u to u+n only while u+n <= DeviceQuota.memory_grant;
 //    on failure undo the slot add. Release: DeviceUsage.used -= n, then slot -= n.
 //    So a slot never under-states what its process holds in DeviceUsage.used.
-//  * when a process dies the broker marks its slot dead and recomputes
-//    DeviceUsage.used = sum of live slots with a CAS (retried until it sticks); the
-//    order above makes that recomputation err only on the safe (over-counting) side.
+//  * every reserve/release is bracketed by ProcessSlot.op_seq increments (odd while
+//    the process is inside an operation, even between operations).
+//  * when a process dies the broker marks its slot dead. If its op_seq is even, the
+//    slot's used[] is exactly its share of DeviceUsage.used and the broker subtracts
+//    it (a fetch_sub: exact whatever other processes do meanwhile). If it died inside
+//    an operation (odd), the broker recomputes DeviceUsage.used = sum of live slots
+//    from a consistent snapshot: read used, collect every live slot's op_seq (all
+//    even), sum, collect again; identical collects and an unchanged used mean no
+//    operation intervened, and a CAS installs the sum (else retry). A bare CAS of the
+//    sum is NOT enough: an allocation and a free of equal size during the summation
+//    leave used unchanged (ABA) while the sum missed one of them.
 //  * the broker raises memory_grant (burst, up to memory_limit) on request and lowers
 //    it only down to max(memory_request, used): it stores the lower grant, re-reads
 //    used and raises the grant back over it. So after a successful CAS the process
@@ -34,7 +42,7 @@ namespace fracgpu {
 inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" (LE, truncated)
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;  // incompatible layout change
-inline constexpr uint16_t kSegmentMinor = 0;  // compatible addition (uses reserved space)
+inline constexpr uint16_t kSegmentMinor = 1;  // compatible addition (uses reserved space); 1: op_seq
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -87,12 +95,13 @@ struct alignas(64) DeviceUsage {
 };
 
 // One registered process. pid/start_time/state are written by the broker (pid from
-// SO_PEERCRED); used[] by the process itself.
+// SO_PEERCRED); used[] and op_seq by the process itself.
 struct alignas(64) ProcessSlot {
   std::atomic<uint32_t> state;  // SlotState
   std::atomic<int32_t> pid;     // host pid
   std::atomic<uint64_t> start_time;  // field 22 of /proc/<pid>/stat: defeats pid reuse
   std::atomic<uint64_t> used[kMaxDevices];
+  std::atomic<uint64_t> op_seq;  // odd while a reserve/release is in progress (minor 1)
 };
 
 struct TenantLedger {
@@ -112,6 +121,7 @@ static_assert(offsetof(TenantQuota, devices) == 192);
 static_assert(sizeof(TenantQuota) == 192 + kMaxDevices * 192);
 static_assert(sizeof(DeviceUsage) == 64);
 static_assert(sizeof(ProcessSlot) == 192);
+static_assert(offsetof(ProcessSlot, op_seq) == 144);
 static_assert(offsetof(TenantLedger, devices) == 64);
 static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
 static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);

@@ -16,7 +16,26 @@ uint64_t saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes) {
   return next;
 }
 
+namespace {
+
+// Brackets one reserve/release: op_seq is odd while it runs, so a broker reclaiming
+// this slot after a crash knows whether the slot's counters are exact (see the rules in
+// tenant_segment.h). Two uncontended RMWs on the process's own cache line.
+class SlotOperation {
+ public:
+  explicit SlotOperation(ProcessSlot& slot) : slot_(slot) { slot_.op_seq.fetch_add(1, std::memory_order_seq_cst); }
+  ~SlotOperation() { slot_.op_seq.fetch_add(1, std::memory_order_seq_cst); }
+  SlotOperation(const SlotOperation&) = delete;
+  SlotOperation& operator=(const SlotOperation&) = delete;
+
+ private:
+  ProcessSlot& slot_;
+};
+
+}  // namespace
+
 ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes) {
+  SlotOperation operation(ledger_->processes[slot_]);
   const DeviceQuota& quota = quota_->devices[device];
   DeviceUsage& usage = ledger_->devices[device];
   if (bytes > quota.memory_limit.load(std::memory_order_seq_cst)) return ReserveOutcome::kOverLimit;
@@ -39,7 +58,8 @@ ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes) {
   // `used` after lowering, and we re-read the grant after counting: one of the two
   // always notices (both sides are sequentially consistent).
   if (used + bytes > quota.memory_grant.load(std::memory_order_seq_cst)) {
-    release(device, bytes);
+    saturating_sub(usage.used, bytes);
+    saturating_sub(slot_counter(device), bytes);
     return ReserveOutcome::kOverGrant;
   }
   uint64_t peak = usage.peak.load(std::memory_order_relaxed);
@@ -50,12 +70,14 @@ ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes) {
 }
 
 void MemoryLedger::release(uint32_t device, uint64_t bytes) {
+  SlotOperation operation(ledger_->processes[slot_]);
   // The tenant counter first, then the slot (so the slot never under-states).
   saturating_sub(ledger_->devices[device].used, bytes);
   saturating_sub(slot_counter(device), bytes);
 }
 
 void MemoryLedger::force_charge(uint32_t device, uint64_t bytes) {
+  SlotOperation operation(ledger_->processes[slot_]);
   slot_counter(device).fetch_add(bytes, std::memory_order_seq_cst);
   uint64_t now = ledger_->devices[device].used.fetch_add(bytes, std::memory_order_seq_cst) + bytes;
   uint64_t peak = ledger_->devices[device].peak.load(std::memory_order_relaxed);

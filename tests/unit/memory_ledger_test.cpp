@@ -40,6 +40,20 @@ TEST(MemoryLedger, ReservesWithinTheGrantAndRefusesBeyond) {
   EXPECT_EQ(ledger.process_used(0), 0u);
 }
 
+TEST(MemoryLedger, EveryOperationLeavesTheSlotSequenceEven) {
+  Segments s(1000, 600);
+  MemoryLedger ledger = s.for_slot(2);
+  const auto& seq = s.ledger->processes[2].op_seq;
+  EXPECT_EQ(ledger.try_reserve(0, 100), ReserveOutcome::kReserved);
+  EXPECT_EQ(seq.load(), 2u);
+  EXPECT_EQ(ledger.try_reserve(0, 900), ReserveOutcome::kOverGrant);  // early return
+  EXPECT_EQ(ledger.try_reserve(0, 5000), ReserveOutcome::kOverLimit);
+  ledger.release(0, 100);
+  ledger.force_charge(0, 10);
+  EXPECT_EQ(seq.load() % 2, 0u);
+  EXPECT_EQ(seq.load(), 10u);
+}
+
 TEST(MemoryLedger, ReleaseNeverWrapsBelowZero) {
   Segments s(1000, 1000);
   MemoryLedger ledger = s.for_slot(0);
