@@ -4,9 +4,15 @@
 // with the node broker and with a private one.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "broker_harness.h"
 
@@ -86,6 +92,32 @@ TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
   EXPECT_EQ(r.status, 127);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].empty());
+}
+
+TEST_F(CliTest, SigtermIsForwardedAndTenantDeleted) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : broker.env()) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("FRACGPU_SHIM", FRACGPU_TEST_SHIM, 1);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 2);
+    ::execl(FRACGPU_TEST_CLI_BIN, "fracgpu", "run", "--memory", "1GiB", "--name", "sig", "--", "/bin/sh", "-c",
+            "trap 'exit 42' TERM; sleep 30 & wait", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_TRUE(wait_until([&] {
+    auto t = broker.tenant_status("sig");
+    return t.has_value();
+  }, std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the shell install its trap
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 42);
+  EXPECT_FALSE(broker.tenant_status("sig"));
 }
 
 TEST_F(CliTest, CapLargerThanGpuIsRefused) {
