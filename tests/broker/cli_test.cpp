@@ -12,7 +12,6 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "broker_harness.h"
 
@@ -97,21 +96,20 @@ TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
 TEST_F(CliTest, SigtermIsForwardedAndTenantDeleted) {
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
+  const std::string marker = (scratch.path() / "trapped").string();
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const auto& [k, v] : broker.env()) ::setenv(k.c_str(), v.c_str(), 1);
     ::setenv("FRACGPU_SHIM", FRACGPU_TEST_SHIM, 1);
     const int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, 2);
+    const std::string script = "trap 'kill $child; exit 42' TERM; sleep 30 & child=$!; touch " + marker + "; wait";
     ::execl(FRACGPU_TEST_CLI_BIN, "fracgpu", "run", "--memory", "1GiB", "--name", "sig", "--", "/bin/sh", "-c",
-            "trap 'exit 42' TERM; sleep 30 & wait", nullptr);
+            script.c_str(), nullptr);
     ::_exit(127);
   }
-  ASSERT_TRUE(wait_until([&] {
-    auto t = broker.tenant_status("sig");
-    return t.has_value();
-  }, std::chrono::seconds(10)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the shell install its trap
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(20)));
+  EXPECT_TRUE(broker.tenant_status("sig"));  // the tenant exists while the command runs
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
