@@ -72,6 +72,7 @@ int update_tenant(const std::string& run_dir, const std::string& name, const Quo
   auto gpus = given->empty() ? tenant_gpus(*client, name) : given;
   if (!gpus) return fail(1, gpus.error());
   auto devices = device_entries(flags, *gpus, /*partial=*/true);
+  if (!devices) return fail(2, devices.error());
   auto reply = client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
   if (!reply) return fail(1, reply.error());
   print_tenant("updated", (*reply)["tenant"]);

@@ -17,6 +17,8 @@
 namespace fracgpu::broker {
 namespace {
 
+constexpr unsigned kMaxGpus = 16;  // kMaxDevices of tenant_segment.h
+
 struct DriverApi {
   void* handle = nullptr;
   PFN_cuInit_v2000 init = nullptr;
@@ -141,7 +143,10 @@ GpuInventory discover_gpus(const InventoryOptions& options) {
     inv.problem = cu_error("cuDeviceGetCount", rc);
     return inv;
   }
-  for (int i = 0; i < count && i < 16; ++i) {
+  if (count > static_cast<int>(kMaxGpus)) {
+    spdlog::warn("the driver reports {} GPUs; fracgpu manages the first {}", count, kMaxGpus);
+  }
+  for (int i = 0; i < count && i < static_cast<int>(kMaxGpus); ++i) {
     auto gpu = describe_gpu(*api, i, options);
     if (!gpu) {
       inv.problem = "GPU " + std::to_string(i) + ": " + gpu.error();

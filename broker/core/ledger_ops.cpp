@@ -5,6 +5,7 @@
 #include "ledger_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace fracgpu::broker::ledger {
@@ -41,6 +42,7 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
     ProcessSlot& s = ledger.processes[i];
     if (state_of(s) != SlotState::kFree) continue;
     clear_usage(s);
+    s.op_seq.store(0);
     s.pid.store(pid);
     s.start_time.store(start_time);
     s.state.store(static_cast<uint32_t>(SlotState::kLive));  // last: publishes the slot
@@ -57,6 +59,7 @@ void free_dead_slots(TenantLedger& ledger) {
   for (auto& s : ledger.processes) {
     if (state_of(s) != SlotState::kDead) continue;
     clear_usage(s);
+    s.op_seq.store(0);
     s.pid.store(0);
     s.start_time.store(0);
     s.state.store(static_cast<uint32_t>(SlotState::kFree));
@@ -96,17 +99,54 @@ uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
   return sum_live(ledger, device, kMaxProcesses);
 }
 
+namespace {
+
+// op_seq of every live slot below `bound` into `out`; false if any is mid-operation.
+bool collect_quiet(const TenantLedger& ledger, uint32_t bound, std::array<uint64_t, kMaxProcesses>& out) {
+  for (uint32_t i = 0; i < bound; ++i) {
+    const ProcessSlot& s = ledger.processes[i];
+    out[i] = state_of(s) == SlotState::kLive ? s.op_seq.load() : 0;
+    if (out[i] % 2 != 0) return false;
+  }
+  return true;
+}
+
+uint64_t saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes) {
+  uint64_t current = counter.load();
+  uint64_t next;
+  do {
+    next = current > bytes ? current - bytes : 0;
+  } while (!counter.compare_exchange_weak(current, next));
+  return next;
+}
+
+}  // namespace
+
+bool release_dead_slot(TenantLedger& ledger, uint32_t slot) {
+  if (slot >= kMaxProcesses) return true;
+  ProcessSlot& s = ledger.processes[slot];
+  if (s.op_seq.load() % 2 != 0) return false;  // died inside an operation: not exact
+  for (uint32_t d = 0; d < kMaxDevices; ++d) {
+    if (uint64_t held = s.used[d].load(); held > 0) saturating_sub(ledger.devices[d].used, held);
+  }
+  clear_usage(s);
+  s.op_seq.store(0);
+  s.pid.store(0);
+  s.start_time.store(0);
+  s.state.store(static_cast<uint32_t>(SlotState::kFree));
+  return true;
+}
+
 bool reconcile_device(TenantLedger& ledger, uint32_t device, int attempts) {
   if (device >= kMaxDevices) return true;
   std::atomic<uint64_t>& used = ledger.devices[device].used;
   const uint32_t bound = slot_bound(ledger);
+  std::array<uint64_t, kMaxProcesses> before{}, after{};
   for (int i = 0; i < attempts; ++i) {
-    // Read the counter BEFORE summing the slots. Summing first would under-count: a
-    // process could add to its slot and CAS the counter between our sum and our read,
-    // and the CAS below would then erase its bytes. This way any counter change after
-    // our read makes the CAS fail and we retry.
-    uint64_t seen = used.load();
+    uint64_t seen = used.load();  // before the first collect: later changes fail the CAS
+    if (!collect_quiet(ledger, bound, before)) continue;
     const uint64_t truth = sum_live(ledger, device, bound);
+    if (!collect_quiet(ledger, bound, after) || before != after) continue;
     if (seen == truth || used.compare_exchange_strong(seen, truth)) return true;
   }
   return false;
@@ -124,6 +164,11 @@ bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint
   ProcessSlot& s = ledger.processes[slot];
   DeviceUsage& usage = ledger.devices[device];
   const DeviceQuota& q = quota.devices[device];
+  struct Bracket {  // op_seq odd for the duration, as the shim does
+    ProcessSlot& slot;
+    explicit Bracket(ProcessSlot& p) : slot(p) { slot.op_seq.fetch_add(1); }
+    ~Bracket() { slot.op_seq.fetch_add(1); }
+  } bracket(s);
   s.used[device].fetch_add(bytes);  // slot first: it must never under-state
   uint64_t u = usage.used.load();
   for (;;) {
@@ -135,7 +180,8 @@ bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint
     if (usage.used.compare_exchange_weak(u, u + bytes)) break;
   }
   if (u + bytes > q.memory_grant.load()) {  // the broker lowered the grant meanwhile
-    release(ledger, slot, device, bytes);
+    usage.used.fetch_sub(bytes);
+    s.used[device].fetch_sub(bytes);
     return false;
   }
   uint64_t peak = usage.peak.load();
@@ -145,8 +191,10 @@ bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint
 }
 
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
+  ledger.processes[slot].op_seq.fetch_add(1);
   ledger.devices[device].used.fetch_sub(bytes);  // counter first, slot second
   ledger.processes[slot].used[device].fetch_sub(bytes);
+  ledger.processes[slot].op_seq.fetch_add(1);
 }
 
 void lower_grant(DeviceQuota& quota, DeviceUsage& usage, uint64_t target) {

@@ -31,8 +31,17 @@ void free_dead_slots(TenantLedger& ledger);
 uint32_t live_process_count(const TenantLedger& ledger);
 uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device);
 
-// DeviceUsage.used := sum of live slots, by CAS from the value read; up to `attempts`
-// tries. False when processes kept changing the counter (retry later).
+// The exact reclaim of a dead process: when its slot's op_seq is even (it died between
+// operations), subtracts the slot's used[] from every device counter and frees the
+// slot. False, leaving the slot Dead, when it died inside an operation: then only a
+// snapshot reconcile (below) is exact.
+bool release_dead_slot(TenantLedger& ledger, uint32_t slot);
+
+// DeviceUsage.used := sum of live slots, from a consistent snapshot: the counter is
+// read, every live slot's op_seq collected (all even), the slots summed, the op_seqs
+// collected again; only identical collects (no operation began or ended) let the CAS
+// from the value read install the sum. Up to `attempts` tries; false when processes
+// kept operating (retry later). A bare CAS of the sum would be ABA-prone.
 bool reconcile_device(TenantLedger& ledger, uint32_t device, int attempts);
 bool reconcile_all(TenantLedger& ledger, uint32_t device_count, int attempts);
 

@@ -17,7 +17,8 @@ bool LedgerReconciler::try_reconcile(Tenant& tenant) {
 
 void LedgerReconciler::process_died(Tenant& tenant, uint32_t slot) {
   ledger::mark_dead(tenant.ledger(), slot);
-  reconcile(tenant);
+  // Exact and immediate unless the process died inside a reserve/release.
+  if (!ledger::release_dead_slot(tenant.ledger(), slot)) reconcile(tenant);
   settle_at_[tenant.spec.name] = Clock::now() + std::chrono::seconds(1);
 }
 
