@@ -1,5 +1,5 @@
 // Broker start-up, shutdown and the glue between its parts. Timers: one maintenance
-// tick every 100 ms retries pending reconciles (so memory of a dead process is back
+// tick every 100 ms retries pending reclaims (so memory of a dead process is back
 // well within a second even when its tenant's counters are busy), and every tenth
 // tick reclaims idle burst grants.
 #include "broker.h"
@@ -124,7 +124,7 @@ void Broker::adopt_processes(Tenant& tenant) {
       ++gone;
     }
   }
-  reconciler_->reconcile(tenant);  // also settles anything that changed while no broker ran
+  reconciler_->reconcile(tenant);  // slots of processes that died while no broker ran
   if (adopted + gone > 0) spdlog::info("tenant {}: {} live process(es) re-attached, {} reclaimed", tenant.spec.name, adopted, gone);
 }
 

@@ -1,5 +1,5 @@
 // Operations on a tenant's shared ledger that follow the rules in tenant_segment.h:
-// process slots (claim, find, mark dead, free), the reconcile after a process dies,
+// process slots (claim, find, mark dead), the reclaim after a process dies,
 // and the grant adjustments that must tolerate processes racing on the counters.
 // reserve()/release() are the reference implementation of the shim's fast path; the
 // broker never calls them, the tests and tools use them to play a tenant process.
@@ -25,27 +25,23 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
 
 void mark_dead(TenantLedger& ledger, uint32_t slot);
 
-// Zeroes and frees every Dead slot. Call only after a reconcile that stuck.
-void free_dead_slots(TenantLedger& ledger);
-
 uint32_t live_process_count(const TenantLedger& ledger);
 uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device);
 
-// The exact reclaim of a dead process: when its slot's op_seq is even (it died between
-// operations), subtracts the slot's used[] from every device counter and frees the
-// slot. False, leaving the slot Dead, when it died inside an operation: then only a
-// snapshot reconcile (below) is exact.
-bool release_dead_slot(TenantLedger& ledger, uint32_t slot);
+// Gives the memory of every Dead slot back and frees the slot (layout 1.1 rules):
+// a slot whose process died between operations (op_seq even) holds exactly its share,
+// which is subtracted; if any died inside an operation (op_seq odd), every device
+// counter is recomputed from a consistent snapshot of the live slots. Returns false
+// when processes kept that snapshot from settling within `attempts` tries (the odd
+// slots stay Dead; call again later).
+bool reclaim_dead_slots(TenantLedger& ledger, int attempts);
 
-// DeviceUsage.used := sum of live slots, from a consistent snapshot: the counter is
-// read, every live slot's op_seq collected (all even), the slots summed, the op_seqs
-// collected again; only identical collects (no operation began or ended) let the CAS
-// from the value read install the sum. Up to `attempts` tries; false when processes
-// kept operating (retry later). A bare CAS of the sum would be ABA-prone.
-bool reconcile_device(TenantLedger& ledger, uint32_t device, int attempts);
-bool reconcile_all(TenantLedger& ledger, uint32_t device_count, int attempts);
+// DeviceUsage.used := sum of live slots, installed by CAS only from a snapshot during
+// which no live slot was inside an operation and no slot's op_seq moved.
+bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts);
 
-// Shim fast path (reference): reserve `bytes` on `device` for the process in `slot`.
+// Shim fast path (reference): reserve `bytes` on `device` for the process in `slot`,
+// bracketed by op_seq like the shim's.
 bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes);
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes);
 

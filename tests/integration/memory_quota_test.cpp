@@ -38,7 +38,8 @@ TEST_F(MemoryQuota, TheCapIsTheDeviceAndAllocationStopsThere) {
   EXPECT_NE(r.err.find("memory cap of 1.00 GiB"), std::string::npos) << r.err;
   const TenantLedger* l = ledger("capped");
   ASSERT_NE(l, nullptr);
-  EXPECT_EQ(l->devices[0].used.load(), 0u) << "all released at exit";
+  wait_until([&] { return l->devices[0].used.load() == 0; }, std::chrono::seconds(2));
+  EXPECT_EQ(l->devices[0].used.load(), 0u) << "the context's footprint comes back when the process is gone";
   EXPECT_LE(l->devices[0].peak.load(), kGiB);
 }
 
@@ -59,11 +60,18 @@ TEST_F(MemoryQuota, EightRacingProcessesNeverOvershootByOneByte) {
   create_tenant("racers", "1536MiB");
   run_process({FRACGPU_FAKECUDA_CTL, "reset-peak"}, base_env_);
   std::vector<std::unique_ptr<BackgroundProcess>> racers;
+  const std::string go = dir_.path() + "/go";
   for (int i = 0; i < 8; ++i) {
     racers.push_back(std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "storm", "--chunk", std::to_string(7 * kMiB + 4093), "--ms", "2500"},
+        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "storm", "--chunk", std::to_string(7 * kMiB + 4093), "--ms",
+                                 "2500", "--go", go},
         tenant_env("racers"), dir_.path() + "/racer" + std::to_string(i)));
   }
+  // Start the storm only once all eight have their context (8 x 64 MiB of the cap).
+  const TenantLedger* racing = ledger("racers");
+  wait_until([&] { return racing->devices[0].used.load() == 8 * 64 * kMiB; }, std::chrono::seconds(20));
+  ASSERT_EQ(racing->devices[0].used.load(), 8 * 64 * kMiB);
+  ASSERT_EQ(std::system(("touch " + go).c_str()), 0);
   uint64_t refusals = 0;
   for (auto& p : racers) {
     ASSERT_EQ(p->wait(std::chrono::seconds(60)), 0) << p->out() << p->err();
@@ -72,9 +80,9 @@ TEST_F(MemoryQuota, EightRacingProcessesNeverOvershootByOneByte) {
   EXPECT_GT(refusals, 0u) << "the racers never reached the cap; the test proves nothing";
   auto device = device_status(base_env_);
   EXPECT_LE(device["peak_used_bytes"].get<uint64_t>(), cap) << device.dump();
-  const TenantLedger* l = ledger("racers");
-  EXPECT_LE(l->devices[0].peak.load(), cap);
-  EXPECT_EQ(l->devices[0].used.load(), 0u);
+  EXPECT_LE(racing->devices[0].peak.load(), cap);
+  wait_until([&] { return racing->devices[0].used.load() == 0; }, std::chrono::seconds(2));
+  EXPECT_EQ(racing->devices[0].used.load(), 0u);
 }
 
 TEST_F(MemoryQuota, EveryAllocationRouteIsChargedAndReleased) {

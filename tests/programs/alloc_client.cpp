@@ -4,7 +4,9 @@
 //   fill --chunk BYTES            allocate until refused; report what fit, what
 //                                 cuMemGetInfo says, and whether a freed chunk can be
 //                                 allocated again
-//   storm --chunk BYTES --ms N    allocate/free at random for N ms, holding what fits
+//   storm --chunk BYTES --ms N [--go FILE]
+//                                 allocate/free at random for N ms, holding what fits
+//                                 (with --go: start only once FILE exists)
 //   hold --bytes N                allocate N bytes, print, then sleep until killed
 //   routes --bytes N              every allocation route once: charge and release
 //   info                          cuMemGetInfo / cuDeviceTotalMem
@@ -27,6 +29,7 @@ struct Args {
   uint64_t chunk = 1 << 20;
   uint64_t bytes = 64 << 20;
   int ms = 1000;
+  std::string go_file;
 };
 
 [[noreturn]] void die(const char* what, CUresult rc) {
@@ -51,6 +54,10 @@ Args parse(int argc, char** argv) {
   a.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
+    if (k == "--go") {
+      a.go_file = argv[i + 1];
+      continue;
+    }
     uint64_t v = std::strtoull(argv[i + 1], nullptr, 0);
     if (k == "--chunk") a.chunk = v;
     else if (k == "--bytes") a.bytes = v;
@@ -101,6 +108,7 @@ int fill(const Args& a) {
 
 int storm(const Args& a) {
   start();
+  while (!a.go_file.empty() && access(a.go_file.c_str(), F_OK) != 0) usleep(1000);
   std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
   std::vector<CUdeviceptr> held;
   uint64_t allocs = 0, refusals = 0;

@@ -120,6 +120,13 @@ void shutdown_driver() {
 
 }  // namespace fakecuda
 
+// A real driver returns a process's device memory as the process exits, before its
+// parent or a broker can observe the exit. Do the same on a normal exit; a killed
+// process is swept by the next allocation that needs the room, or by a status read.
+__attribute__((destructor)) static void fakecuda_release_memory_at_exit() {
+  if (fakecuda::Driver* driver = fakecuda::current_driver()) driver->memory().release_all_at_exit();
+}
+
 extern "C" __attribute__((visibility("default"))) void fakecuda_shutdown() {
   fakecuda::shutdown_driver();
 }

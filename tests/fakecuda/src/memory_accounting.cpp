@@ -22,6 +22,7 @@ void MemoryAccounting::raise_peak(uint32_t device, uint64_t used_now) {
 
 bool MemoryAccounting::charge(uint32_t device, uint64_t bytes) {
   if (bytes == 0) return true;
+  if (exited_.load()) return false;
   // Like a real driver, a dead process's memory is only noticed when it matters:
   // sweeping on every allocation would cost a /proc read per live process.
   if (!try_reserve(device, bytes)) {
@@ -33,9 +34,14 @@ bool MemoryAccounting::charge(uint32_t device, uint64_t bytes) {
 }
 
 void MemoryAccounting::uncharge(uint32_t device, uint64_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || exited_.load()) return;
   processes_->slot(slot_).used_bytes[device].fetch_sub(bytes);
   layout_->devices[device].used_bytes.fetch_sub(bytes);
+}
+
+void MemoryAccounting::release_all_at_exit() {
+  if (exited_.exchange(true)) return;
+  processes_->retire(slot_);
 }
 
 }  // namespace fakecuda

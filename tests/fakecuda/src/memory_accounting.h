@@ -4,6 +4,8 @@
 // process slot so that it can be reclaimed if the process dies without freeing.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 
 #include "process_table.h"
@@ -21,6 +23,11 @@ class MemoryAccounting {
   bool charge(uint32_t device, uint64_t bytes);
   void uncharge(uint32_t device, uint64_t bytes);
 
+  // Process exit: gives all of this process's device memory back at once, as a real
+  // driver does when a process exits; later charges/uncharges (threads still running
+  // during exit) are ignored so nothing is returned twice.
+  void release_all_at_exit();
+
   uint64_t capacity(uint32_t device) const { return layout_->devices[device].capacity_bytes; }
   uint64_t used(uint32_t device) const { return layout_->devices[device].used_bytes.load(); }
 
@@ -31,6 +38,7 @@ class MemoryAccounting {
   SegmentLayout* layout_;
   ProcessTable* processes_;
   int slot_;
+  std::atomic<bool> exited_{false};
 };
 
 }  // namespace fakecuda
