@@ -120,7 +120,6 @@ void Broker::adopt_processes(Tenant& tenant) {
       ++adopted;
     } else {
       ledger::mark_dead(ledger, i);
-      ledger::release_dead_slot(ledger, i);  // exact when it died between operations
       ++gone;
     }
   }
