@@ -10,6 +10,8 @@
 //   hold --bytes N                allocate N bytes, print, then sleep until killed
 //   routes --bytes N              every allocation route once: charge and release
 //   info                          cuMemGetInfo / cuDeviceTotalMem
+//   pairs --bytes N --count K     time K cuMemAlloc+cuMemFree pairs of N bytes (ns per pair,
+//                                 median of 5 rounds after a warm-up round)
 #include <cuda.h>
 #include <unistd.h>
 
@@ -59,7 +61,7 @@ Args parse(int argc, char** argv) {
       continue;
     }
     uint64_t v = std::strtoull(argv[i + 1], nullptr, 0);
-    if (k == "--chunk") a.chunk = v;
+    if (k == "--chunk" || k == "--count") a.chunk = v;
     else if (k == "--bytes") a.bytes = v;
     else if (k == "--ms") a.ms = static_cast<int>(v);
   }
@@ -238,6 +240,26 @@ int routes(const Args& a) {
   return 0;
 }
 
+int pairs(const Args& a) {
+  start();
+  const uint64_t count = a.chunk == (1 << 20) ? 2000 : a.chunk;  // --count arrives as chunk
+  std::vector<double> rounds;
+  for (int round = 0; round < 6; ++round) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; i < count; ++i) {
+      CUdeviceptr p = 0;
+      CHECK(cuMemAlloc(&p, a.bytes));
+      CHECK(cuMemFree(p));
+    }
+    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / count;
+    if (round > 0) rounds.push_back(ns);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  std::printf("{\"ns_per_pair\":%.1f,\"bytes\":%llu,\"count\":%llu}\n", rounds[rounds.size() / 2],
+              static_cast<unsigned long long>(a.bytes), static_cast<unsigned long long>(count));
+  return 0;
+}
+
 int info() {
   CUdevice dev = start();
   size_t free_bytes = 0, total = 0, device_total = 0;
@@ -256,6 +278,7 @@ int main(int argc, char** argv) {
   if (a.mode == "hold") return hold(a);
   if (a.mode == "routes") return routes(a);
   if (a.mode == "info") return info();
+  if (a.mode == "pairs") return pairs(a);
   std::fprintf(stderr, "unknown mode %s\n", a.mode.c_str());
   return 2;
 }

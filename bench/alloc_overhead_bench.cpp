@@ -1,0 +1,122 @@
+// The memory quota's cost on the allocation path, on the simulated GPU: a
+// cuMemAlloc + cuMemFree pair of 1 MiB called directly in the driver and through the
+// shim as a member of a tenant (a private fracgpu-broker is started for the run), plus
+// the ledger's reserve/release pair on its own. Figures in docs/benchmarks.md.
+// Run: build/bin/fracgpu_alloc_overhead_bench --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "memory_ledger.h"
+
+extern char** environ;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "alloc bench: %s\n", what.c_str());
+  std::abort();
+}
+
+// A private broker with one tenant ("bench", 8 GiB) on the simulated GPU.
+struct TenantBroker {
+  std::string dir = "/tmp/fracgpu-alloc-bench-" + std::to_string(getpid());
+  pid_t pid = -1;
+
+  TenantBroker() {
+    std::string run = dir + "/run";
+    std::string state = dir + "/state";
+    std::string driver = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+    const char* argv[] = {FRACGPU_BROKER, "--run-dir", run.c_str(), "--state-dir", state.c_str(), "--driver",
+                          driver.c_str(), "--context-footprint", "auto", "--log-level", "warn", nullptr};
+    if (posix_spawn(&pid, FRACGPU_BROKER, nullptr, nullptr, const_cast<char**>(argv), environ) != 0) {
+      fail("cannot start the broker");
+    }
+    const std::string create = std::string(FRACGPU_CLI) + " --run-dir " + run +
+                               " tenant create bench --memory 8GiB --gpu 0 > /dev/null";
+    for (int i = 0; std::system(create.c_str()) != 0; ++i) {
+      if (i > 100) fail("cannot create the tenant");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    setenv("FRACGPU_SOCKET", (run + "/tenants/bench/broker.sock").c_str(), 1);
+  }
+  ~TenantBroker() {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    std::system(("rm -rf " + dir).c_str());
+  }
+};
+
+struct Setup {
+  std::string shm = "/fracgpu-alloc-bench-" + std::to_string(getpid());
+  std::unique_ptr<TenantBroker> broker;
+  void* driver = nullptr;
+  void* shim = nullptr;
+
+  Setup() {
+    setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
+    setenv("FAKECUDA_MEMORY", "16GiB", 1);
+    setenv("FRACGPU_REAL_DRIVER", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", 1);
+    broker = std::make_unique<TenantBroker>();
+    driver = dlopen(FRACGPU_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    shim = dlopen(FRACGPU_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (driver == nullptr || shim == nullptr) fail(std::string("dlopen: ") + dlerror());
+    auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(shim, "cuInit"));
+    auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(shim, "cuDevicePrimaryCtxRetain"));
+    auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(driver, "cuCtxSetCurrent"));
+    CUcontext ctx = nullptr;
+    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS) {
+      fail("CUDA set-up through the shim failed (is the tenant registered?)");
+    }
+  }
+  ~Setup() { shm_unlink(shm.c_str()); }
+};
+
+Setup& setup() {
+  static Setup s;
+  return s;
+}
+
+void BM_AllocFreePair(benchmark::State& state, bool via_shim) {
+  void* lib = via_shim ? setup().shim : setup().driver;
+  auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(lib, "cuMemAlloc_v2"));
+  auto free_fn = reinterpret_cast<decltype(&cuMemFree_v2)>(dlsym(lib, "cuMemFree_v2"));
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (alloc(&p, 1 << 20) != CUDA_SUCCESS || free_fn(p) != CUDA_SUCCESS) state.SkipWithError("alloc failed");
+  }
+}
+
+// The ledger alone: one reserve + release of the fast path, in process memory.
+void BM_LedgerReserveRelease(benchmark::State& state) {
+  auto quota = std::make_unique<fracgpu::TenantQuota>();
+  auto ledger = std::make_unique<fracgpu::TenantLedger>();
+  quota->device_count = 1;
+  quota->devices[0].memory_limit = 1ull << 40;
+  quota->devices[0].memory_grant = 1ull << 40;
+  fracgpu::MemoryLedger book(quota.get(), ledger.get(), 0);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(book.try_reserve(0, 1 << 20));
+    book.release(0, 1 << 20);
+  }
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_AllocFreePair, direct, false);
+BENCHMARK_CAPTURE(BM_AllocFreePair, shim_tenant, true);
+BENCHMARK(BM_LedgerReserveRelease);
+
+BENCHMARK_MAIN();
