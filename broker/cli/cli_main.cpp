@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/cli_options.h"
+#include "cli/demo_command.h"
 #include "cli/run_command.h"
 #include "cli/status_command.h"
 #include "cli/tenant_commands.h"
@@ -25,6 +26,7 @@ struct Commands {
   broker::BrokerOptions broker;
   std::string tenant_name;
   cli::QuotaFlags create_flags, update_flags;
+  CLI::App* demo_cmd = nullptr;
   CLI::App *run_cmd = nullptr, *status_cmd = nullptr, *broker_cmd = nullptr, *create_cmd = nullptr,
            *update_cmd = nullptr, *delete_cmd = nullptr, *list_cmd = nullptr;
 };
@@ -50,6 +52,7 @@ void define_tenant(CLI::App& app, Commands& c) {
 }
 
 int dispatch(Commands& c) {
+  if (c.demo_cmd != nullptr && c.demo_cmd->parsed()) return cli::run_demo();
   if (c.run_cmd->parsed()) {
     c.run.run_dir = c.run_dir;
     return cli::run_tenant_command(c.run);
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", c.run_dir, "The broker's run directory (default /run/fracgpu)")
       ->envname("FRACGPU_RUN_DIR");
   define_run(app, c);
+  c.demo_cmd = app.add_subcommand("demo", "Show fracgpu on the simulated GPU (no NVIDIA GPU needed)");
   c.status_cmd = app.add_subcommand("status", "Show tenants, caps and usage");
   c.status_cmd->add_flag("--json", c.status_json, "Print the broker's JSON instead of a table");
   c.broker_cmd = app.add_subcommand("broker", "Run the node broker in the foreground");

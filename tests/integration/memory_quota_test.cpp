@@ -205,3 +205,21 @@ TEST_F(MemoryQuota, FracgpuRunEnforcesTheCapWithAPrivateBroker) {
 
 }  // namespace
 }  // namespace fracgpu::testing
+
+namespace fracgpu::testing {
+namespace {
+
+// The README's fallback on machines without a GPU: the demo must run and show the
+// caps, the guarantees and the loan coming back.
+TEST(FracgpuDemo, ShowsCapsGuaranteesAndLending) {
+  Environment env = clean_environment();
+  ProcessResult r = run_process({FRACGPU_CLI, "demo"}, env, std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* line : {"training   sees a 10 GiB GPU", "training   holds 10.0 GiB", "inference  holds 4.0 GiB",
+                           "notebook   got   2.0 GiB", "notebook   got   4.0 GiB"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace fracgpu::testing

@@ -1,9 +1,9 @@
 // fracgpu-alloc-client: device-memory workloads for the quota tests, run with the shim
 // preloaded over the simulated GPU (or a real one). Prints one JSON line.
 //
-//   fill --chunk BYTES            allocate until refused; report what fit, what
+//   fill --chunk BYTES [--hold 1] allocate until refused; report what fit, what
 //                                 cuMemGetInfo says, and whether a freed chunk can be
-//                                 allocated again
+//                                 allocated again (with --hold: keep it all, sleep)
 //   storm --chunk BYTES --ms N [--go FILE]
 //                                 allocate/free at random for N ms, holding what fits
 //                                 (with --go: start only once FILE exists)
@@ -32,6 +32,7 @@ struct Args {
   uint64_t bytes = 64 << 20;
   int ms = 1000;
   std::string go_file;
+  bool hold = false;
 };
 
 [[noreturn]] void die(const char* what, CUresult rc) {
@@ -64,6 +65,7 @@ Args parse(int argc, char** argv) {
     if (k == "--chunk" || k == "--count") a.chunk = v;
     else if (k == "--bytes") a.bytes = v;
     else if (k == "--ms") a.ms = static_cast<int>(v);
+    else if (k == "--hold") a.hold = v != 0;
   }
   return a;
 }
@@ -100,9 +102,15 @@ int fill(const Args& a) {
     again = cuMemAlloc(&p, a.chunk) == CUDA_SUCCESS;
     if (again) held.push_back(p);
   }
-  for (CUdeviceptr p : held) CHECK(cuMemFree(p));
   const char* name = "?";
   cuGetErrorName(refused, &name);
+  if (a.hold) {
+    std::printf("{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"holding\":true}\n",
+                static_cast<unsigned long long>(total), name, total_bytes);
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  for (CUdeviceptr p : held) CHECK(cuMemFree(p));
   std::printf("{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"info_free\":%zu,\"again\":%s}\n",
               static_cast<unsigned long long>(total), name, total_bytes, free_bytes, again ? "true" : "false");
   return 0;
