@@ -2,6 +2,9 @@
 // over the simulated GPU. Caps that cannot be exceeded (by racing processes, by any
 // allocation route), the cap seen as the device, reclaim after SIGKILL, broker restarts
 // and overcommit.
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <random>
 
 #include "broker_fixture.h"
@@ -220,6 +223,72 @@ TEST(FracgpuDemo, ShowsCapsGuaranteesAndLending) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
 }
+
+}  // namespace
+}  // namespace fracgpu::testing
+
+namespace fracgpu::testing {
+namespace {
+
+// A "broker" that answers registration with garbage: the shim must refuse CUDA (fail
+// closed) with one clear line, and never crash or hang the application.
+class GarbageBroker {
+ public:
+  GarbageBroker(const std::string& path, std::string reply) : path_(path), reply_(std::move(reply)) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 8), 0);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) return;
+        char buffer[256];
+        (void)!read(client, buffer, sizeof(buffer));
+        (void)!write(client, reply_.data(), reply_.size());
+        close(client);
+      }
+    });
+  }
+  ~GarbageBroker() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+    unlink(path_.c_str());
+  }
+
+ private:
+  std::string path_, reply_;
+  int fd_ = -1;
+  std::thread thread_;
+};
+
+class MalformedBroker : public ShimFixture, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(MalformedBroker, ShimFailsClosedWithoutCrashing) {
+  TempDir dir("garbage");
+  const std::string socket_path = dir.path() + "/broker.sock";
+  GarbageBroker broker(socket_path, GetParam());
+  Environment env = shim_env();
+  env["FRACGPU_SOCKET"] = socket_path;
+  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "info"}, env, std::chrono::seconds(30));
+  EXPECT_EQ(r.signal, 0) << r.err;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("cannot register with the fracgpu broker"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Replies, MalformedBroker,
+    ::testing::Values(std::string("not json at all\n"), std::string("{\"ok\":true}\n"),
+                      std::string("{\"ok\":true,\"slot\":99999,\"tenant\":\"x\",\"quota\":\"q\",\"ledger\":\"l\"}\n"),
+                      std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"../../etc/passwd\",\"ledger\":\"l\"}\n"),
+                      std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"quota\",\"ledger\":\"ledger\"}\n"),
+                      std::string("{\"ok\":false,\"error\":\"go away\"}\n"), std::string(""),
+                      std::string(70000, 'x')),
+    [](const auto& param_info) { return "reply" + std::to_string(param_info.index); });
 
 }  // namespace
 }  // namespace fracgpu::testing
