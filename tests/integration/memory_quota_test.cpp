@@ -292,3 +292,41 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace fracgpu::testing
+
+namespace fracgpu::testing {
+namespace {
+
+// NVML inside a tenant (nvidia-smi's view), through both routes a program can take:
+// linked against libnvidia-ml.so.1, and dlopen+dlsym as nvidia-smi does.
+TEST_F(MemoryQuota, NvmlInsideATenantReportsTheCapAndTheTenantsUsage) {
+  create_tenant("smi", "2GiB");
+  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(512 * kMiB)}, tenant_env("smi"),
+                           dir_.path() + "/smi-holder");
+  const TenantLedger* l = ledger("smi");
+  wait_until([&] { return l->devices[0].used.load() == 576 * kMiB; }, std::chrono::seconds(10));
+  ASSERT_EQ(l->devices[0].used.load(), 576 * kMiB);
+  for (const char* route : {"linked", "dlopen"}) {
+    SCOPED_TRACE(route);
+    Environment env = tenant_env("smi");
+    env["LD_LIBRARY_PATH"] = FRACGPU_FAKENVML_DIR;
+    ProcessResult r = run_process({FRACGPU_NVML_CLIENT, route}, env);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto doc = last_json_line(r.out);
+    for (const char* version : {"v1", "v2"}) {
+      EXPECT_EQ(doc[version]["total"].get<uint64_t>(), 2 * kGiB);
+      EXPECT_EQ(doc[version]["used"].get<uint64_t>(), 576 * kMiB);
+      EXPECT_EQ(doc[version]["free"].get<uint64_t>(), 2 * kGiB - 576 * kMiB);
+    }
+    EXPECT_EQ(doc["v2"]["reserved"].get<uint64_t>(), 0u);
+  }
+  // Outside any tenant the driver's own figures pass through untouched.
+  Environment outside = shim_env();
+  outside["LD_LIBRARY_PATH"] = FRACGPU_FAKENVML_DIR;
+  ProcessResult r = run_process({FRACGPU_NVML_CLIENT, "dlopen"}, outside);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(last_json_line(r.out)["v1"]["total"].get<uint64_t>(), 16 * kGiB);
+  EXPECT_EQ(last_json_line(r.out)["v2"]["reserved"].get<uint64_t>(), 256 * kMiB);
+}
+
+}  // namespace
+}  // namespace fracgpu::testing
