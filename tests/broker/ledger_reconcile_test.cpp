@@ -31,7 +31,12 @@ class Worker {
   ~Worker() { join(); }
 
   void start() { thread_ = std::thread([this] { loop(); }); }
-  void kill() { killed_ = true; join(); }
+  // Dies when it next reaches `point`: 0 between operations, 1-3 inside a reserve,
+  // 4-5 inside a release.
+  void kill(int point) {
+    kill_at_ = point;
+    join();
+  }
   void stop() { stopping_ = true; join(); }
   void join() {
     if (thread_.joinable()) thread_.join();
@@ -39,20 +44,26 @@ class Worker {
   uint64_t counted() const { return counted_.load(); }
   uint32_t slot() const { return slot_; }
 
+  bool parked_in(uint64_t e) const { return parked_epoch_.load() == e; }
+
+  // Pausing is by epoch: a worker counts as parked for the current pause only once it
+  // has seen that pause's epoch, so a worker still leaving the previous pause can never
+  // be mistaken for a parked one.
   static std::atomic<bool> pause;
-  static std::atomic<int> paused;
+  static std::atomic<uint64_t> epoch;
 
  private:
-  bool dead() const { return killed_.load(); }
+  bool dying() const { return kill_at_.load() >= 0; }
+  bool dies_at(int point) const { return kill_at_.load() == point; }
 
   // Returns false when killed mid-way.
   bool reserve(uint64_t n) {
     auto& slot = t_.ledger->processes[slot_];
     auto& used = t_.ledger->devices[0].used;
     slot.op_seq.fetch_add(1);
-    if (dead()) return false;  // died inside the operation, before touching anything
+    if (dies_at(1)) return false;  // died inside the operation, before touching anything
     slot.used[0].fetch_add(n);
-    if (dead()) return false;  // after the slot add, before the counter
+    if (dies_at(2)) return false;  // after the slot add, before the counter
     uint64_t u = used.load();
     for (;;) {
       if (u + n > t_.q().memory_grant.load()) {
@@ -64,9 +75,9 @@ class Worker {
     }
     counted_.fetch_add(n);
     held_.push_back(n);
-    if (dead()) return false;  // counted, but the operation never closed
+    if (dies_at(3)) return false;  // counted, but the operation never closed
     slot.op_seq.fetch_add(1);
-    return !dead();
+    return true;
   }
 
   bool release() {
@@ -76,22 +87,23 @@ class Worker {
     slot.op_seq.fetch_add(1);
     counted_.fetch_sub(n);
     t_.ledger->devices[0].used.fetch_sub(n);
-    if (dead()) return false;  // between the counter and the slot
+    if (dies_at(4)) return false;  // between the counter and the slot
     slot.used[0].fetch_sub(n);
-    if (dead()) return false;  // before closing the operation
+    if (dies_at(5)) return false;  // before closing the operation
     slot.op_seq.fetch_add(1);
     return true;
   }
 
   void maybe_pause() {
-    if (!pause.load()) return;
-    paused.fetch_add(1);
-    while (pause.load() && !dead() && !stopping_.load()) std::this_thread::yield();
-    paused.fetch_sub(1);
+    while (pause.load() && !dying() && !stopping_.load()) {
+      const uint64_t e = epoch.load();
+      parked_epoch_.store(e);
+      while (pause.load() && epoch.load() == e && !dying() && !stopping_.load()) std::this_thread::yield();
+    }
   }
 
   void loop() {
-    while (!dead() && !stopping_.load()) {
+    while (!dies_at(0) && !stopping_.load()) {
       maybe_pause();
       const bool ok = (held_.size() < 8 && rng_() % 3 != 0) || held_.empty()
                           ? reserve((rng_() % 16 + 1) * kMiB)
@@ -106,12 +118,14 @@ class Worker {
   std::mt19937 rng_;
   std::vector<uint64_t> held_;
   std::atomic<uint64_t> counted_{0};
-  std::atomic<bool> killed_{false}, stopping_{false};
+  std::atomic<int> kill_at_{-1};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> parked_epoch_{0};
   std::thread thread_;
 };
 
 std::atomic<bool> Worker::pause{false};
-std::atomic<int> Worker::paused{0};
+std::atomic<uint64_t> Worker::epoch{0};
 
 class ReconcileRace : public ::testing::Test {
  protected:
@@ -119,6 +133,7 @@ class ReconcileRace : public ::testing::Test {
   MemoryTenant tenant{"t", 0, 1024 * kMiB, 512 * kMiB};  // grant 512 MiB: some reservations fail
   std::vector<std::unique_ptr<Worker>> workers;
   int next_pid = 5000;
+  int mid_operation_deaths = 0, between_operation_deaths = 0;
 
   void spawn(unsigned seed) {
     auto slot = ledger::claim_slot(*tenant.ledger, next_pid++, 1);
@@ -134,16 +149,28 @@ class ReconcileRace : public ::testing::Test {
   }
 
   // What the broker does on a death: mark the slot dead and reclaim until it is done.
-  void kill_and_reclaim(std::size_t index) {
-    workers[index]->kill();
+  void kill_and_reclaim(std::size_t index, int point) {
+    workers[index]->kill(point);
+    const ProcessSlot& slot = tenant.ledger->processes[workers[index]->slot()];
+    (slot.op_seq.load() % 2 ? mid_operation_deaths : between_operation_deaths)++;
     ledger::mark_dead(*tenant.ledger, workers[index]->slot());
     workers.erase(workers.begin() + static_cast<long>(index));
     while (!ledger::reclaim_dead_slots(*tenant.ledger, 100)) std::this_thread::yield();
   }
 
+  // A failed ASSERT returns mid-test: release and stop the workers so that joining
+  // them in the destructor cannot hang.
+  void TearDown() override {
+    resume_all();
+    for (auto& w : workers) w->stop();
+  }
+
   void pause_all() {
+    const uint64_t e = ++Worker::epoch;
     Worker::pause = true;
-    while (Worker::paused.load() < static_cast<int>(workers.size())) std::this_thread::yield();
+    for (const auto& w : workers) {
+      while (!w->parked_in(e)) std::this_thread::yield();
+    }
   }
   void resume_all() { Worker::pause = false; }
 };
@@ -151,9 +178,9 @@ class ReconcileRace : public ::testing::Test {
 TEST_F(ReconcileRace, ExactAfterEveryReclaim) {
   for (int i = 0; i < kWorkers; ++i) spawn(static_cast<unsigned>(i));
   std::mt19937 rng(1234);
-  for (int round = 0; round < 300; ++round) {
+  for (int round = 0; round < 1000; ++round) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
-    kill_and_reclaim(rng() % workers.size());
+    kill_and_reclaim(rng() % workers.size(), static_cast<int>(rng() % 6));
     spawn(static_cast<unsigned>(100 + round));
     if (round % 5 == 0) {
       pause_all();  // everyone between operations: the counter must be exact
@@ -165,8 +192,10 @@ TEST_F(ReconcileRace, ExactAfterEveryReclaim) {
   for (auto& w : workers) w->stop();
   EXPECT_EQ(tenant.used(), truth());
   EXPECT_EQ(ledger::live_process_count(*tenant.ledger), static_cast<uint32_t>(kWorkers) + 1);  // + fixture's slot
-  while (!workers.empty()) kill_and_reclaim(0);
+  while (!workers.empty()) kill_and_reclaim(0, 0);
   EXPECT_EQ(tenant.used(), 0u);
+  EXPECT_GT(mid_operation_deaths, 10);  // both reclaim paths were exercised
+  EXPECT_GT(between_operation_deaths, 10);
 }
 
 // A process died mid-operation, so the counter must be recomputed; while any live
