@@ -125,11 +125,16 @@ bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts) {
   const uint32_t bound = slot_bound(ledger);
   SeqSnapshot before{}, after{};
   for (int i = 0; i < attempts; ++i) {
-    // Counter first, then sequences, sum, sequences again: any operation that could
-    // make the sum disagree with the counter either changes a sequence between the two
-    // collects or changes the counter before the CAS (see tenant_segment.h).
-    uint64_t seen = used.load();
+    // Sequences, counter, sum, sequences again. Identical even collects mean no live
+    // process was inside an operation anywhere between the end of the first collect and
+    // the start of the second, so the counter and every slot were constant there: the
+    // counter read in that window and the sum describe the same instant. A successful
+    // CAS then proves the counter's net change since is zero, so the sum is still right.
+    // (Reading the counter before the first collect is NOT safe: an allocation could
+    // land before the collect and a free of the same size after the second one, and the
+    // CAS would install a sum that counts the allocation but not the free.)
     if (!collect_sequences(ledger, bound, before)) continue;
+    uint64_t seen = used.load();
     const uint64_t truth = sum_live(ledger, device, bound);
     if (!collect_sequences(ledger, bound, after) ||
         !std::equal(before.begin(), before.begin() + bound, after.begin())) {

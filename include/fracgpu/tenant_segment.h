@@ -19,11 +19,14 @@
 //    slot's used[] is exactly its share of DeviceUsage.used and the broker subtracts
 //    it (a fetch_sub: exact whatever other processes do meanwhile). If it died inside
 //    an operation (odd), the broker recomputes DeviceUsage.used = sum of live slots
-//    from a consistent snapshot: read used, collect every live slot's op_seq (all
-//    even), sum, collect again; identical collects and an unchanged used mean no
-//    operation intervened, and a CAS installs the sum (else retry). A bare CAS of the
-//    sum is NOT enough: an allocation and a free of equal size during the summation
-//    leave used unchanged (ABA) while the sum missed one of them.
+//    from a consistent snapshot: collect every live slot's op_seq (all even), read
+//    used, sum, collect again; identical collects mean no operation ran between them,
+//    so the used read there and the sum agree, and a CAS from that used installs the
+//    sum (else retry). A bare CAS of the sum is NOT enough: an allocation and a free
+//    of equal size during the summation leave used unchanged (ABA) while the sum
+//    missed one of them. Nor is reading used before the first collect: an operation
+//    completing before the collect and an opposite one after the second would let
+//    the CAS succeed with a sum that is off by their difference.
 //  * the broker raises memory_grant (burst, up to memory_limit) on request and lowers
 //    it only down to max(memory_request, used): it stores the lower grant, re-reads
 //    used and raises the grant back over it. So after a successful CAS the process

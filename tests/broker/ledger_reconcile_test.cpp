@@ -133,7 +133,7 @@ class ReconcileRace : public ::testing::Test {
   MemoryTenant tenant{"t", 0, 1024 * kMiB, 512 * kMiB};  // grant 512 MiB: some reservations fail
   std::vector<std::unique_ptr<Worker>> workers;
   int next_pid = 5000;
-  int mid_operation_deaths = 0, between_operation_deaths = 0;
+  int mid_operation_deaths = 0, between_operation_deaths = 0, last_point = -1;
 
   void spawn(unsigned seed) {
     auto slot = ledger::claim_slot(*tenant.ledger, next_pid++, 1);
@@ -180,14 +180,13 @@ TEST_F(ReconcileRace, ExactAfterEveryReclaim) {
   std::mt19937 rng(1234);
   for (int round = 0; round < 1000; ++round) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
-    kill_and_reclaim(rng() % workers.size(), static_cast<int>(rng() % 6));
+    last_point = static_cast<int>(rng() % 6);
+    kill_and_reclaim(rng() % workers.size(), last_point);
     spawn(static_cast<unsigned>(100 + round));
-    if (round % 5 == 0) {
-      pause_all();  // everyone between operations: the counter must be exact
-      ASSERT_EQ(tenant.used(), truth()) << "round " << round;
-      ASSERT_EQ(ledger::live_slot_sum(*tenant.ledger, 0), truth()) << "round " << round;
-      resume_all();
-    }
+    pause_all();  // everyone between operations: the counter must be exact after every reclaim
+    ASSERT_EQ(ledger::live_slot_sum(*tenant.ledger, 0), truth()) << "round " << round;
+    ASSERT_EQ(tenant.used(), truth()) << "round " << round << " last death at point " << last_point;
+    resume_all();
   }
   for (auto& w : workers) w->stop();
   EXPECT_EQ(tenant.used(), truth());
