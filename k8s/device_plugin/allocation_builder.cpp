@@ -1,0 +1,155 @@
+// From slice IDs to a broker tenant and a container response (see allocation_builder.h).
+#include "device_plugin/allocation_builder.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "device_plugin/slice_ids.h"
+#include "fracgpu/protocol.h"
+
+namespace fracgpu::k8s {
+
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory) {
+  using R = Result<AllocationPlan>;
+  if (device_ids.empty()) return R::failure("the request names no fracgpu slices");
+  std::string uuid;
+  std::string first_id;
+  std::set<int> indices;
+  for (const auto& id : device_ids) {
+    auto slice = parse_slice_id(id);
+    if (!slice) return R::failure("\"" + id + "\" is not a fracgpu slice ID (expected <gpu-uuid>::<k>)");
+    if (uuid.empty()) {
+      uuid = slice->gpu_uuid;
+      first_id = id;
+    } else if (slice->gpu_uuid != uuid) {
+      return R::failure("slices " + first_id + " and " + id +
+                        " are on different GPUs; fracgpu gives a container slices of one GPU only, so request at "
+                        "most " +
+                        std::to_string(inventory.slices_per_gpu()) + " " + kResourceName +
+                        " per container (or split the work into several containers)");
+    }
+    if (slice->index >= inventory.slices_per_gpu()) {
+      return R::failure("slice " + id + " does not exist: this node cuts each GPU into " +
+                        std::to_string(inventory.slices_per_gpu()) + " slices");
+    }
+    indices.insert(slice->index);
+  }
+  auto gpu = inventory.gpu(uuid);
+  if (!gpu) return R::failure("GPU " + uuid + " is not one of this node's GPUs known to the fracgpu broker");
+  if (!gpu->healthy) return R::failure("GPU " + uuid + " is unhealthy: the fracgpu broker no longer lists it");
+
+  AllocationPlan plan;
+  plan.gpu = gpu->info;
+  plan.slices.assign(indices.begin(), indices.end());
+  plan.slices_per_gpu = inventory.slices_per_gpu();
+  plan.tenant = tenant_name_for(uuid, plan.slices);
+  const auto k = static_cast<uint64_t>(plan.slices.size());
+  const auto n = static_cast<uint64_t>(plan.slices_per_gpu);
+  // capacity·k fits easily in 64 bits (k ≤ 64, capacity well under 2^57).
+  plan.memory_limit = plan.gpu.memory_capacity * k / n;
+  plan.compute = std::max(1, static_cast<int>(100 * k / n));
+  return plan;
+}
+
+nlohmann::json tenant_definition(const AllocationPlan& plan) {
+  return {{"name", plan.tenant},
+          {"devices",
+           nlohmann::json::array({{{"gpu", plan.gpu.index},
+                                   {"memory_limit", plan.memory_limit},
+                                   {"memory_request", plan.memory_limit},
+                                   {"compute", plan.compute},
+                                   {"priority", "normal"}}})}};
+}
+
+namespace {
+
+// The plugin's tenants other than `plan`'s that hold any of its slices and have no live
+// process: containers that have gone (the kubelet hands a slice to one container at a time).
+std::vector<std::string> stale_holders(const nlohmann::json& tenants, const AllocationPlan& plan) {
+  uint64_t mask = 0;
+  for (int i : plan.slices) mask |= uint64_t{1} << i;
+  const std::string tag = gpu_tag(plan.gpu.uuid);
+  std::vector<std::string> stale;
+  if (!tenants.is_array()) return stale;
+  for (const auto& t : tenants) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+    const std::string name = t["name"].get<std::string>();
+    auto held = parse_tenant_name(name);
+    if (name == plan.tenant || !held || held->gpu_tag != tag || (held->mask & mask) == 0) continue;
+    const bool has_processes = t.contains("processes") && t["processes"].is_array() && !t["processes"].empty();
+    if (has_processes) {
+      spdlog::warn("tenant {} holds slices now given to {} but still has running processes: left alone", name,
+                   plan.tenant);
+      continue;
+    }
+    stale.push_back(name);
+  }
+  return stale;
+}
+
+}  // namespace
+
+Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
+  auto listed = broker.call({{"op", "list"}});
+  if (!listed) return Status::failure(listed.error());
+  const nlohmann::json& tenants = (*listed)["tenants"];
+  bool exists = false;
+  if (tenants.is_array()) {
+    for (const auto& t : tenants) exists = exists || (t.is_object() && t.value("name", "") == plan.tenant);
+  }
+  const nlohmann::json tenant = tenant_definition(plan);
+  if (!exists) {
+    auto created = broker.call({{"op", "create"}, {"tenant", tenant}});
+    if (created) return {};
+    // Refused: most likely the GPU's guarantees are taken by tenants of containers that
+    // have gone. Those are removed only now, so that a pod whose init container and app
+    // container hold overlapping slices keeps both tenants while they fit.
+    const auto stale = stale_holders(tenants, plan);
+    for (const auto& name : stale) {
+      spdlog::info("deleting tenant {}: it holds slices now given to {} (its container has gone)", name, plan.tenant);
+      auto deleted = broker.call({{"op", "delete"}, {"name", name}});
+      if (!deleted) spdlog::warn("could not delete the stale tenant {}: {}", name, deleted.error());
+    }
+    if (!stale.empty()) {
+      created = broker.call({{"op", "create"}, {"tenant", tenant}});
+      if (created) return {};
+    }
+    // Another Allocate may have created it meanwhile; otherwise the refusal stands.
+    auto names = broker.tenant_names();
+    if (!names || std::find(names->begin(), names->end(), plan.tenant) == names->end()) {
+      return Status::failure("the fracgpu broker refused tenant " + plan.tenant + ": " + created.error());
+    }
+  }
+  auto updated = broker.call({{"op", "update"}, {"tenant", tenant}});
+  if (!updated) {
+    return Status::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " + updated.error());
+  }
+  return {};
+}
+
+void fill_container_response(const AllocationPlan& plan, const PluginConfig& config,
+                             v1beta1::ContainerAllocateResponse& response) {
+  auto add_mount = [&](const std::string& host, const std::string& container, bool read_only) {
+    auto* mount = response.add_mounts();
+    mount->set_host_path(host);
+    mount->set_container_path(container);
+    mount->set_read_only(read_only);
+  };
+  add_mount(config.shim_host_path, kContainerShimPath, true);
+  add_mount(config.preload_host_path, kContainerPreloadPath, true);
+  // Read-write: the tenant's processes map the ledger read-write and connect to the socket.
+  add_mount(config.broker_run_dir + "/tenants/" + plan.tenant, kContainerRunDir, false);
+
+  auto& envs = *response.mutable_envs();
+  envs["NVIDIA_VISIBLE_DEVICES"] = plan.gpu.uuid;
+  envs["FRACGPU_SOCKET"] = std::string(kContainerRunDir) + "/" + protocol::kTenantSocketName;
+
+  auto& annotations = *response.mutable_annotations();
+  annotations["fracgpu.io/tenant"] = plan.tenant;
+  annotations["fracgpu.io/gpu"] = plan.gpu.uuid;
+  annotations["fracgpu.io/slices"] = std::to_string(plan.slices.size()) + "/" + std::to_string(plan.slices_per_gpu);
+}
+
+}  // namespace fracgpu::k8s

@@ -1,0 +1,45 @@
+// Allocate's work for one container: from the slice IDs the kubelet chose to a broker
+// tenant with the matching quota (k of N slices of GPU g ⇒ k/N of g's memory, as a
+// guaranteed request, and 100·k/N percent compute share), and the response that makes
+// the container use it (the shim's mounts, the tenant's run directory, the GPU).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/api.pb.h"
+#include "device_plugin/broker_admin.h"
+#include "device_plugin/plugin_config.h"
+#include "device_plugin/slice_inventory.h"
+
+namespace fracgpu::k8s {
+
+struct AllocationPlan {
+  std::string tenant;
+  BrokerGpu gpu;
+  std::vector<int> slices;  // sorted, distinct
+  int slices_per_gpu = 0;
+  uint64_t memory_limit = 0;
+  int compute = 0;
+};
+
+// Checks the IDs (known, healthy, one GPU) and computes the tenant and its quota.
+// Errors are one sentence meant for `kubectl describe pod`.
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory);
+
+// The tenant's definition in the broker's admin protocol.
+nlohmann::json tenant_definition(const AllocationPlan& plan);
+
+// Creates the tenant, or updates it when it already exists (a restarted container).
+// When the broker refuses a new tenant, the plugin's tenants that still hold any of
+// these slices and have no running process are deleted and the creation is tried once
+// more: the kubelet hands a slice to one container at a time, so such a tenant belongs
+// to a container that has gone, and its guaranteed memory would block the new one.
+Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);
+
+// Fills the kubelet's response: mounts, environment and annotations.
+void fill_container_response(const AllocationPlan& plan, const PluginConfig& config,
+                             v1beta1::ContainerAllocateResponse& response);
+
+}  // namespace fracgpu::k8s

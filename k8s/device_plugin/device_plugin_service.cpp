@@ -1,0 +1,106 @@
+// DevicePlugin RPCs: options, the slice list stream, packing advice and Allocate.
+#include "device_plugin/device_plugin_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include "device_plugin/allocation_builder.h"
+#include "device_plugin/slice_packer.h"
+
+namespace fracgpu::k8s {
+namespace {
+
+constexpr auto kStreamWakeup = std::chrono::milliseconds(250);
+
+v1beta1::ListAndWatchResponse device_list(const SliceInventory& inventory) {
+  v1beta1::ListAndWatchResponse list;
+  for (const auto& slice : inventory.slices()) {
+    auto* device = list.add_devices();
+    device->set_id(slice.id);
+    device->set_health(slice.healthy ? "Healthy" : "Unhealthy");
+  }
+  return list;
+}
+
+std::string joined(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
+  return out;
+}
+
+}  // namespace
+
+v1beta1::DevicePluginOptions DevicePluginService::options() {
+  v1beta1::DevicePluginOptions options;
+  options.set_pre_start_required(false);
+  options.set_get_preferred_allocation_available(true);
+  return options;
+}
+
+grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+                                                         v1beta1::DevicePluginOptions* response) {
+  *response = options();
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
+                                               grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+  uint64_t sent_generation = inventory_.generation();
+  auto list = device_list(inventory_);
+  spdlog::info("ListAndWatch: the kubelet is watching; sending {} slices", list.devices_size());
+  if (!writer->Write(list)) return grpc::Status::OK;
+  while (!stopping_ && !context->IsCancelled() && !inventory_.stopped()) {
+    const uint64_t now = inventory_.wait_for_change(sent_generation, kStreamWakeup);
+    if (now == sent_generation) continue;
+    sent_generation = now;
+    list = device_list(inventory_);
+    spdlog::info("ListAndWatch: the slice list changed; sending {} slices", list.devices_size());
+    if (!writer->Write(list)) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
+                                                         const v1beta1::PreferredAllocationRequest* request,
+                                                         v1beta1::PreferredAllocationResponse* response) {
+  for (const auto& container : request->container_requests()) {
+    const std::vector<std::string> available(container.available_deviceids().begin(),
+                                             container.available_deviceids().end());
+    const std::vector<std::string> must(container.must_include_deviceids().begin(),
+                                        container.must_include_deviceids().end());
+    auto chosen = prefer_slices(available, must, container.allocation_size());
+    auto* answer = response->add_container_responses();
+    for (auto& id : chosen) answer->add_deviceids(std::move(id));
+    spdlog::debug("GetPreferredAllocation: {} of {} available -> {}", container.allocation_size(), available.size(),
+                  joined(answer->deviceids()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+                                           v1beta1::AllocateResponse* response) {
+  for (const auto& container : request->container_requests()) {
+    const std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
+    auto plan = plan_allocation(ids, inventory_);
+    if (!plan) {
+      spdlog::warn("Allocate refused [{}]: {}", joined(container.devices_ids()), plan.error());
+      return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
+    }
+    if (auto ensured = ensure_tenant(broker_, *plan); !ensured) {
+      spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, ensured.error());
+      const bool unreachable = ensured.error().find("cannot be reached") != std::string::npos;
+      return {unreachable ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::FAILED_PRECONDITION,
+              "fracgpu: " + ensured.error()};
+    }
+    fill_container_response(*plan, config_, *response->add_container_responses());
+    spdlog::info("Allocate: tenant {} on GPU {} ({} of {} slices: {} bytes, {}% compute)", plan->tenant,
+                 plan->gpu.uuid, plan->slices.size(), plan->slices_per_gpu, plan->memory_limit, plan->compute);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
+                                                    v1beta1::PreStartContainerResponse*) {
+  return grpc::Status::OK;  // nothing to prepare: the tenant was set up in Allocate
+}
+
+}  // namespace fracgpu::k8s

@@ -1,0 +1,44 @@
+// The DevicePlugin gRPC service the kubelet calls on our endpoint socket (API v1beta1).
+// Synchronous gRPC: every call is short except ListAndWatch, which holds one server
+// thread for as long as the kubelet watches, waking on inventory changes and on stop().
+#pragma once
+
+#include <atomic>
+
+#include "deviceplugin/api.grpc.pb.h"
+#include "device_plugin/broker_admin.h"
+#include "device_plugin/plugin_config.h"
+#include "device_plugin/slice_inventory.h"
+
+namespace fracgpu::k8s {
+
+class DevicePluginService final : public v1beta1::DevicePlugin::Service {
+ public:
+  DevicePluginService(const PluginConfig& config, SliceInventory& inventory, const BrokerAdmin& broker)
+      : config_(config), inventory_(inventory), broker_(broker) {}
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
+                                      v1beta1::DevicePluginOptions* response) override;
+  grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty* request,
+                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override;
+  grpc::Status GetPreferredAllocation(grpc::ServerContext* context, const v1beta1::PreferredAllocationRequest* request,
+                                      v1beta1::PreferredAllocationResponse* response) override;
+  grpc::Status Allocate(grpc::ServerContext* context, const v1beta1::AllocateRequest* request,
+                        v1beta1::AllocateResponse* response) override;
+  grpc::Status PreStartContainer(grpc::ServerContext* context, const v1beta1::PreStartContainerRequest* request,
+                                 v1beta1::PreStartContainerResponse* response) override;
+
+  // Ends every ListAndWatch stream (before the server shuts down).
+  void stop() { stopping_ = true; }
+
+  // The options announced both at registration and by GetDevicePluginOptions.
+  static v1beta1::DevicePluginOptions options();
+
+ private:
+  const PluginConfig& config_;
+  SliceInventory& inventory_;
+  const BrokerAdmin& broker_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace fracgpu::k8s

@@ -1,0 +1,92 @@
+// fracgpu-device-plugin: advertises each GPU of the node broker as N slices of
+// fracgpu.io/gpu-slice to the kubelet and turns each container's slices into a broker
+// tenant with the matching quota. This file only reads flags and signals.
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+
+#include "device_plugin/plugin_config.h"
+#include "device_plugin/plugin_runner.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void request_stop(int) { g_stop = true; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fracgpu::k8s;
+  PluginConfig config;
+  std::string config_file;
+  std::string node_name = std::getenv("NODE_NAME") ? std::getenv("NODE_NAME") : "";
+  int slices_flag = config.slices;
+  long health_ms = config.health_interval.count();
+
+  CLI::App app{"fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice) for the kubelet"};
+  app.add_option("--plugin-dir", config.plugin_dir, "the kubelet's device-plugin directory")->capture_default_str();
+  app.add_option("--broker-run-dir", config.broker_run_dir, "the node broker's run directory (host path)")
+      ->capture_default_str();
+  auto* slices_option = app.add_option("--slices", slices_flag, "slices per GPU (overrides --config; default 8)");
+  app.add_option("--config", config_file, "config file: JSON or key=value (slices, slices.<node>)");
+  app.add_option("--node-name", node_name, "this node's name, for per-node config entries (env NODE_NAME)");
+  app.add_option("--shim-host-path", config.shim_host_path, "libfracgpu.so on the host")->capture_default_str();
+  app.add_option("--preload-host-path", config.preload_host_path, "the ld.so.preload file on the host naming the shim")
+      ->capture_default_str();
+  app.add_option("--endpoint", config.endpoint_name, "our socket's name in the plugin directory")
+      ->capture_default_str();
+  app.add_option("--health-interval-ms", health_ms, "how often the broker's GPU list is re-read")
+      ->capture_default_str();
+  app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help prints and succeeds; any other parse error is bad usage: status 2, like the CLI.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  // Logs go to stderr (the container log), in the broker's format.
+  auto logger = spdlog::stderr_logger_mt("fracgpu-device-plugin");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %n %l: %v");
+  spdlog::set_default_logger(logger);
+  const auto level = spdlog::level::from_str(config.log_level);
+  if (level == spdlog::level::off && config.log_level != "off") {
+    spdlog::error("--log-level: unknown level \"{}\"", config.log_level);
+    return 2;
+  }
+  spdlog::set_level(level);
+  if (!config_file.empty()) {
+    if (auto loaded = load_config_file(config_file, node_name, config); !loaded) {
+      spdlog::error("{}", loaded.error());
+      return 2;
+    }
+  }
+  if (slices_option->count() > 0) config.slices = slices_flag;
+  if (health_ms < 10) {
+    spdlog::error("--health-interval-ms must be at least 10, got {}", health_ms);
+    return 2;
+  }
+  config.health_interval = std::chrono::milliseconds(health_ms);
+  if (auto valid = validate(config); !valid) {
+    spdlog::error("{}", valid.error());
+    return 2;
+  }
+
+  struct sigaction action {};
+  action.sa_handler = request_stop;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  spdlog::info("fracgpu-device-plugin: {} slices per GPU, plugin dir {}, broker {}", config.slices, config.plugin_dir,
+               config.broker_run_dir);
+  PluginRunner runner(config);
+  return runner.run(g_stop);
+}

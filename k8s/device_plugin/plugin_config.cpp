@@ -1,0 +1,128 @@
+// Config file parsing for the device plugin (formats in plugin_config.h).
+#include "device_plugin/plugin_config.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "device_plugin/slice_ids.h"
+
+namespace fracgpu::k8s {
+namespace {
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  const auto last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
+}
+
+std::optional<int> parse_int(const std::string& text) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+Status slices_from_json(const nlohmann::json& doc, const std::string& where, std::optional<int>& out) {
+  if (!doc.contains("slices")) return {};
+  const auto& value = doc["slices"];
+  if (!value.is_number_integer()) return Status::failure(where + ": \"slices\" must be a whole number");
+  out = value.get<int>();
+  return {};
+}
+
+Status load_json(const std::string& path, const std::string& text, const std::string& node_name,
+                 PluginConfig& config) {
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (!doc.is_object()) return Status::failure(path + " is not a JSON object");
+  std::optional<int> slices;
+  if (auto s = slices_from_json(doc, path, slices); !s) return s;
+  if (doc.contains("nodes") && doc["nodes"].is_object() && !node_name.empty() && doc["nodes"].contains(node_name)) {
+    const auto& node = doc["nodes"][node_name];
+    if (!node.is_object()) return Status::failure(path + ": nodes." + node_name + " must be an object");
+    if (auto s = slices_from_json(node, path + " nodes." + node_name, slices); !s) return s;
+  }
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "slices" && key != "nodes") spdlog::warn("{}: ignoring unknown setting \"{}\"", path, key);
+  }
+  if (slices) config.slices = *slices;
+  return {};
+}
+
+Status load_key_values(const std::string& path, const std::string& text, const std::string& node_name,
+                       PluginConfig& config) {
+  std::optional<int> plain, for_node;
+  std::istringstream lines(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    const std::string where = path + ":" + std::to_string(number);
+    if (eq == std::string::npos) return Status::failure(where + ": expected key=value, got \"" + line + "\"");
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    const bool is_node_key = key.rfind("slices.", 0) == 0;
+    if (key != "slices" && !is_node_key) {
+      spdlog::warn("{}: ignoring unknown setting \"{}\"", where, key);
+      continue;
+    }
+    if (is_node_key && key.substr(7) != node_name) continue;
+    auto parsed = parse_int(value);
+    if (!parsed) return Status::failure(where + ": " + key + " must be a whole number, got \"" + value + "\"");
+    (is_node_key ? for_node : plain) = *parsed;
+  }
+  if (for_node) {
+    config.slices = *for_node;
+  } else if (plain) {
+    config.slices = *plain;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status load_config_file(const std::string& path, const std::string& node_name, PluginConfig& config) {
+  std::ifstream in(path);
+  if (!in) return Status::failure("cannot read the config file " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return load_json(path, text, node_name, config);
+  return load_key_values(path, text, node_name, config);
+}
+
+Status validate(const PluginConfig& config) {
+  if (config.slices < 1 || config.slices > kMaxSlicesPerGpu) {
+    return Status::failure("slices per GPU must be between 1 and " + std::to_string(kMaxSlicesPerGpu) + ", got " +
+                           std::to_string(config.slices));
+  }
+  if (config.plugin_dir.empty() || config.plugin_dir.front() != '/') {
+    return Status::failure("--plugin-dir must be an absolute path, got \"" + config.plugin_dir + "\"");
+  }
+  if (config.broker_run_dir.empty() || config.broker_run_dir.front() != '/') {
+    return Status::failure("--broker-run-dir must be an absolute path, got \"" + config.broker_run_dir + "\"");
+  }
+  if (config.shim_host_path.empty() || config.shim_host_path.front() != '/') {
+    return Status::failure("--shim-host-path must be an absolute path, got \"" + config.shim_host_path + "\"");
+  }
+  if (config.preload_host_path.empty() || config.preload_host_path.front() != '/') {
+    return Status::failure("--preload-host-path must be an absolute path, got \"" + config.preload_host_path + "\"");
+  }
+  if (config.endpoint_name.empty() || config.endpoint_name.find('/') != std::string::npos ||
+      config.endpoint_name == kKubeletSocketName) {
+    return Status::failure("the endpoint must be a plain socket name other than kubelet.sock");
+  }
+  return {};
+}
+
+}  // namespace fracgpu::k8s

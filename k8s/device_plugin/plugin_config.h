@@ -1,0 +1,48 @@
+// The device plugin's settings: defaults, the per-node config file (JSON, or plain
+// "key=value" lines) and the rules that make a setting valid. Flags given on the command
+// line override the file; main.cpp applies them after load_config_file.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "core/result.h"
+
+namespace fracgpu::k8s {
+
+using broker::Result;
+using broker::Status;
+
+inline constexpr const char* kResourceName = "fracgpu.io/gpu-slice";
+inline constexpr const char* kApiVersion = "v1beta1";
+inline constexpr const char* kKubeletSocketName = "kubelet.sock";
+inline constexpr const char* kDefaultEndpointName = "fracgpu.sock";
+// Where Allocate puts things inside the container.
+inline constexpr const char* kContainerShimPath = "/usr/local/fracgpu/lib/libfracgpu.so";
+inline constexpr const char* kContainerPreloadPath = "/etc/ld.so.preload";
+inline constexpr const char* kContainerRunDir = "/run/fracgpu";
+
+struct PluginConfig {
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string endpoint_name = kDefaultEndpointName;
+  std::string broker_run_dir = "/run/fracgpu";
+  int slices = 8;
+  // Host paths the container runtime bind-mounts (the DaemonSet's installer puts them there).
+  std::string shim_host_path = "/var/lib/fracgpu/lib/libfracgpu.so";
+  std::string preload_host_path = "/var/lib/fracgpu/ld.so.preload";
+  // How often the broker's GPU list is re-read (health) and the kubelet socket checked.
+  std::chrono::milliseconds health_interval{5000};
+  std::chrono::milliseconds kubelet_check_interval{1000};
+  std::string log_level = "info";
+};
+
+// Reads `path` into `config`. JSON: {"slices": 8, "nodes": {"node-a": {"slices": 4}}};
+// key=value: "slices=8" and "slices.node-a=4" lines ('#' starts a comment). The entry
+// for `node_name`, when there is one, wins over the plain one. Unknown keys are
+// reported as warnings, never fatal, so a newer ConfigMap does not break an older plugin.
+Status load_config_file(const std::string& path, const std::string& node_name, PluginConfig& config);
+
+// One sentence naming the first invalid setting, or success.
+Status validate(const PluginConfig& config);
+
+}  // namespace fracgpu::k8s

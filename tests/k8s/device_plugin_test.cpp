@@ -1,0 +1,425 @@
+// The device plugin against a fake kubelet, with no cluster: the real
+// fracgpu-device-plugin binary, the real fracgpu-broker over a private simulated node of
+// two 16 GiB GPUs, and the kubelet's side of the gRPC protocol played by the test
+// (fake_kubelet.h). Covers registration, the advertised slices and their health,
+// packing advice, Allocate (response and the tenant's quota in the broker), refusals,
+// kubelet restarts and broker restarts.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "child_process.h"
+#include "device_plugin/broker_admin.h"
+#include "device_plugin/slice_ids.h"
+#include "fake_kubelet.h"
+
+namespace fracgpu::testing {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+constexpr int kSlices = 4;
+
+class DevicePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = clean_environment();
+    shm_names_.push_back("/" + unique_name("k8s"));
+    env_["FAKECUDA_SHM_NAME"] = shm_names_.back();
+    env_["FAKECUDA_MEMORY"] = "16GiB";
+    env_["FAKECUDA_DEVICE_COUNT"] = "2";
+    env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
+    std::filesystem::create_directories(plugin_dir());
+    start_broker();
+    if (HasFatalFailure()) return;
+    auto gpus = admin_.gpus();
+    ASSERT_TRUE(gpus) << gpus.error();
+    ASSERT_EQ(gpus->size(), 2u);
+    gpu0_ = (*gpus)[0].uuid;
+    gpu1_ = (*gpus)[1].uuid;
+    kubelet_ = std::make_unique<FakeKubelet>(plugin_dir());
+    start_plugin();
+  }
+
+  void TearDown() override {
+    if (plugin_) {
+      plugin_->kill_now(SIGTERM);
+      EXPECT_NE(plugin_->wait(std::chrono::seconds(10)), -1) << "the plugin did not stop on SIGTERM";
+    }
+    plugin_.reset();
+    kubelet_.reset();
+    broker_.reset();
+    for (const auto& name : shm_names_) shm_unlink(name.c_str());
+  }
+
+  std::string plugin_dir() const { return dir_.path() + "/device-plugins"; }
+  std::string run_dir() const { return dir_.path() + "/run"; }
+
+  void start_broker() {
+    broker_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", dir_.path() + "/state",
+                                 "--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"},
+        env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!admin_.gpus()) {
+      ASSERT_TRUE(broker_->running()) << "broker exited: " << broker_->err();
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "broker did not come up";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void kill_broker() {
+    broker_->kill_now(SIGKILL);
+    broker_->wait(std::chrono::seconds(5));
+  }
+
+  void start_plugin() {
+    plugin_ = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
+                                 "--slices", std::to_string(kSlices), "--shim-host-path", "/opt/fracgpu/libfracgpu.so",
+                                 "--preload-host-path", "/opt/fracgpu/ld.so.preload", "--health-interval-ms", "200",
+                                 "--log-level", "debug"},
+        env_, dir_.path() + "/plugin");
+    auto registrations = kubelet_->registration().wait_for(1, std::chrono::seconds(10));
+    ASSERT_EQ(registrations.size(), 1u) << "no registration; plugin log:\n" << plugin_->err();
+    plugin_stub_ = kubelet_->dial(registrations[0].endpoint());
+  }
+
+  grpc::Status allocate(const std::vector<std::string>& ids, v1beta1::AllocateResponse& response) {
+    v1beta1::AllocateRequest request;
+    auto* container = request.add_container_requests();
+    for (const auto& id : ids) container->add_devices_ids(id);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return plugin_stub_->Allocate(&context, request, &response);
+  }
+
+  // The broker's TENANT_STATUS of `name`, or null.
+  nlohmann::json tenant(const std::string& name) {
+    auto listed = admin_.call({{"op", "list"}});
+    EXPECT_TRUE(listed) << listed.error();
+    if (!listed) return nullptr;
+    for (const auto& t : (*listed)["tenants"]) {
+      if (t["name"] == name) return t;
+    }
+    return nullptr;
+  }
+
+  std::vector<std::string> slice_ids(const std::string& uuid, std::initializer_list<int> indices) {
+    std::vector<std::string> out;
+    for (int i : indices) out.push_back(k8s::format_slice_id(uuid, i));
+    return out;
+  }
+
+  TempDir dir_{"k8s"};
+  Environment env_;
+  std::vector<std::string> shm_names_;
+  k8s::BrokerAdmin admin_{dir_.path() + "/run", k8s::RetryPolicy{1, std::chrono::milliseconds(10),
+                                                                 std::chrono::milliseconds(10)}};
+  std::unique_ptr<BackgroundProcess> broker_;
+  int broker_starts_ = 0;
+  std::unique_ptr<FakeKubelet> kubelet_;
+  std::unique_ptr<BackgroundProcess> plugin_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub_;
+  std::string gpu0_, gpu1_;
+};
+
+TEST_F(DevicePluginTest, RegistersTheResourceAndItsEndpoint) {
+  auto registrations = kubelet_->registration().wait_for(1, std::chrono::seconds(1));
+  ASSERT_EQ(registrations.size(), 1u);
+  const auto& r = registrations[0];
+  EXPECT_EQ(r.version(), "v1beta1");
+  EXPECT_EQ(r.resource_name(), "fracgpu.io/gpu-slice");
+  EXPECT_EQ(r.endpoint(), "fracgpu.sock");
+  EXPECT_TRUE(r.options().get_preferred_allocation_available());
+  EXPECT_FALSE(r.options().pre_start_required());
+  struct stat st {};
+  ASSERT_EQ(stat((plugin_dir() + "/" + r.endpoint()).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+
+  grpc::ClientContext context;
+  v1beta1::Empty empty;
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(plugin_stub_->GetDevicePluginOptions(&context, empty, &options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+  EXPECT_FALSE(options.pre_start_required());
+  grpc::ClientContext pre_start_context;
+  v1beta1::PreStartContainerRequest pre_start;
+  v1beta1::PreStartContainerResponse pre_start_reply;
+  EXPECT_TRUE(plugin_stub_->PreStartContainer(&pre_start_context, pre_start, &pre_start_reply).ok());
+}
+
+TEST_F(DevicePluginTest, ListAndWatchAdvertisesEachGpuAsNHealthySlices) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(stream->Read(&list));
+  std::set<std::string> seen;
+  for (const auto& device : list.devices()) {
+    EXPECT_EQ(device.health(), "Healthy") << device.id();
+    seen.insert(device.id());
+  }
+  std::set<std::string> expected;
+  for (int k = 0; k < kSlices; ++k) {
+    expected.insert(k8s::format_slice_id(gpu0_, k));
+    expected.insert(k8s::format_slice_id(gpu1_, k));
+  }
+  EXPECT_EQ(seen, expected);
+  context.TryCancel();
+}
+
+TEST_F(DevicePluginTest, AGpuMissingFromTheBrokerTurnsItsSlicesUnhealthy) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(stream->Read(&list));
+  // The node comes back with one GPU: a broker over a new simulated node of one device.
+  kill_broker();
+  shm_names_.push_back("/" + unique_name("k8s1"));
+  env_["FAKECUDA_SHM_NAME"] = shm_names_.back();
+  env_["FAKECUDA_DEVICE_COUNT"] = "1";
+  start_broker();
+  ASSERT_TRUE(stream->Read(&list)) << plugin_->err();
+  ASSERT_EQ(list.devices_size(), 2 * kSlices);
+  for (const auto& device : list.devices()) {
+    const bool on_gpu1 = k8s::parse_slice_id(device.id())->gpu_uuid == gpu1_;
+    EXPECT_EQ(device.health(), on_gpu1 ? "Unhealthy" : "Healthy") << device.id();
+  }
+  // Allocate refuses the unhealthy GPU's slices and still serves the healthy one.
+  v1beta1::AllocateResponse response;
+  auto refused = allocate(slice_ids(gpu1_, {0}), response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("unhealthy"), std::string::npos) << refused.error_message();
+  v1beta1::AllocateResponse ok_response;
+  EXPECT_TRUE(allocate(slice_ids(gpu0_, {0}), ok_response).ok());
+  context.TryCancel();
+}
+
+TEST_F(DevicePluginTest, PreferredAllocationPacksOntoTheFullestGpuThatFits) {
+  v1beta1::PreferredAllocationRequest request;
+  auto* container = request.add_container_requests();
+  for (const auto& id : slice_ids(gpu0_, {0, 1, 2, 3})) container->add_available_deviceids(id);
+  for (const auto& id : slice_ids(gpu1_, {1, 3})) container->add_available_deviceids(id);
+  container->set_allocation_size(2);
+  auto* second = request.add_container_requests();
+  *second = *container;
+  second->set_allocation_size(3);
+  auto* pinned = request.add_container_requests();
+  *pinned = *container;
+  pinned->add_must_include_deviceids(k8s::format_slice_id(gpu0_, 2));
+  pinned->set_allocation_size(2);
+
+  grpc::ClientContext context;
+  v1beta1::PreferredAllocationResponse response;
+  ASSERT_TRUE(plugin_stub_->GetPreferredAllocation(&context, request, &response).ok());
+  ASSERT_EQ(response.container_responses_size(), 3);
+  auto as_vector = [](const auto& repeated) { return std::vector<std::string>(repeated.begin(), repeated.end()); };
+  EXPECT_EQ(as_vector(response.container_responses(0).deviceids()), slice_ids(gpu1_, {1, 3}));
+  EXPECT_EQ(as_vector(response.container_responses(1).deviceids()), slice_ids(gpu0_, {0, 1, 2}));
+  EXPECT_EQ(as_vector(response.container_responses(2).deviceids()), slice_ids(gpu0_, {2, 0}));
+}
+
+TEST_F(DevicePluginTest, AllocateRegistersTheTenantWithItsShareOfTheGpu) {
+  v1beta1::AllocateResponse response;
+  auto status = allocate(slice_ids(gpu1_, {3, 1}), response);
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << plugin_->err();
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& container = response.container_responses(0);
+  const std::string name = k8s::tenant_name_for(gpu1_, {1, 3});
+
+  std::map<std::string, std::pair<std::string, bool>> mounts;
+  for (const auto& m : container.mounts()) mounts[m.container_path()] = {m.host_path(), m.read_only()};
+  ASSERT_EQ(mounts.size(), 3u);
+  EXPECT_EQ(mounts["/usr/local/fracgpu/lib/libfracgpu.so"], std::make_pair(std::string("/opt/fracgpu/libfracgpu.so"), true));
+  EXPECT_EQ(mounts["/etc/ld.so.preload"], std::make_pair(std::string("/opt/fracgpu/ld.so.preload"), true));
+  EXPECT_EQ(mounts["/run/fracgpu"], std::make_pair(run_dir() + "/tenants/" + name, false));
+  EXPECT_TRUE(std::filesystem::exists(run_dir() + "/tenants/" + name + "/broker.sock"));
+  EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), gpu1_);
+  EXPECT_EQ(container.envs().at("FRACGPU_SOCKET"), "/run/fracgpu/broker.sock");
+  EXPECT_EQ(container.annotations().at("fracgpu.io/tenant"), name);
+
+  auto t = tenant(name);
+  ASSERT_FALSE(t.is_null()) << "tenant " << name << " not in the broker";
+  ASSERT_EQ(t["devices"].size(), 1u);
+  const auto& d = t["devices"][0];
+  EXPECT_EQ(d["gpu"], 1);
+  EXPECT_EQ(d["memory_limit"].get<uint64_t>(), 8 * kGiB);  // 2 of 4 slices of 16 GiB
+  EXPECT_EQ(d["memory_request"].get<uint64_t>(), 8 * kGiB);
+  EXPECT_EQ(d["compute"], 50);
+
+  // A restarted container is allocated the same IDs: same tenant, not a second one.
+  v1beta1::AllocateResponse again;
+  ASSERT_TRUE(allocate(slice_ids(gpu1_, {1, 3}), again).ok());
+  EXPECT_EQ(again.container_responses(0).annotations().at("fracgpu.io/tenant"), name);
+  auto listed = admin_.call({{"op", "list"}});
+  ASSERT_TRUE(listed);
+  EXPECT_EQ((*listed)["tenants"].size(), 1u);
+}
+
+// What a container would do with the response: the shim preloaded, FRACGPU_SOCKET into
+// the mounted tenant directory (here its host path, standing in for the bind mount).
+TEST_F(DevicePluginTest, AProcessUsingTheAllocationIsCappedAtItsShare) {
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {0}), response).ok());  // 1 of 4 slices: 4 GiB
+  const auto& container = response.container_responses(0);
+  std::string tenant_dir;
+  for (const auto& m : container.mounts()) {
+    if (m.container_path() == "/run/fracgpu") tenant_dir = m.host_path();
+  }
+  ASSERT_FALSE(tenant_dir.empty());
+  Environment env = env_;
+  for (const auto& [key, value] : container.envs()) env[key] = value;
+  env["FRACGPU_SOCKET"] = tenant_dir + "/broker.sock";  // /run/fracgpu/broker.sock in the container
+  env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
+  env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, env,
+                                std::chrono::seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto line = r.out.substr(r.out.rfind('{'));
+  auto result = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(result.is_object()) << r.out;
+  EXPECT_EQ(result["refused_with"], "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB);
+  EXPECT_EQ(result["allocated"].get<uint64_t>(), 4 * kGiB - (64ull << 20));  // minus the context
+}
+
+TEST_F(DevicePluginTest, AllocateRefusesSlicesOfTwoGpusClearly) {
+  v1beta1::AllocateResponse response;
+  auto status = allocate({k8s::format_slice_id(gpu0_, 0), k8s::format_slice_id(gpu1_, 0)}, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("different GPUs"), std::string::npos) << status.error_message();
+  auto listed = admin_.call({{"op", "list"}});
+  ASSERT_TRUE(listed);
+  EXPECT_TRUE((*listed)["tenants"].empty());
+  EXPECT_TRUE(plugin_->running());
+}
+
+TEST_F(DevicePluginTest, SlicesGivenToANewContainerReplaceTheGoneContainersTenant) {
+  // While both fit, overlapping tenants coexist (an init container's slices reused by the
+  // app container are allocated before either runs).
+  v1beta1::AllocateResponse init_response, app_response;
+  ASSERT_TRUE(allocate(slice_ids(gpu1_, {0}), init_response).ok());
+  ASSERT_TRUE(allocate(slice_ids(gpu1_, {0, 1}), app_response).ok());
+  EXPECT_FALSE(tenant(k8s::tenant_name_for(gpu1_, {0})).is_null());
+  EXPECT_FALSE(tenant(k8s::tenant_name_for(gpu1_, {0, 1})).is_null());
+
+  v1beta1::AllocateResponse whole;
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3}), whole).ok());  // all 16 GiB guaranteed
+  // The kubelet hands slices 2 and 3 to another container: the first one has gone. Without
+  // removing its tenant the broker would refuse the new guarantee (the GPU is full).
+  v1beta1::AllocateResponse half;
+  auto status = allocate(slice_ids(gpu0_, {2, 3}), half);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(tenant(k8s::tenant_name_for(gpu0_, {0, 1, 2, 3})).is_null());
+  EXPECT_FALSE(tenant(k8s::tenant_name_for(gpu0_, {2, 3})).is_null());
+}
+
+TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
+  v1beta1::AllocateResponse whole;
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3}), whole).ok());
+  const std::string old_name = k8s::tenant_name_for(gpu0_, {0, 1, 2, 3});
+  Environment env = env_;
+  env["FRACGPU_SOCKET"] = run_dir() + "/tenants/" + old_name + "/broker.sock";
+  env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
+  env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+  auto holder = std::make_unique<BackgroundProcess>(
+      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(64ull << 20)}, env,
+      dir_.path() + "/holder");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tenant(old_name)["processes"].empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(tenant(old_name)["processes"].empty()) << holder->err();
+
+  v1beta1::AllocateResponse refused_response;
+  auto refused = allocate(slice_ids(gpu0_, {2, 3}), refused_response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("refused tenant"), std::string::npos) << refused.error_message();
+  EXPECT_FALSE(tenant(old_name).is_null());
+
+  holder.reset();  // the old container's process is gone
+  const auto gone = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!tenant(old_name)["processes"].empty() && std::chrono::steady_clock::now() < gone) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  v1beta1::AllocateResponse response;
+  auto status = allocate(slice_ids(gpu0_, {2, 3}), response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(tenant(old_name).is_null());
+}
+
+TEST_F(DevicePluginTest, RegistersAgainWhenTheKubeletRestarts) {
+  kubelet_->restart();  // removes our socket and recreates kubelet.sock
+  auto registrations = kubelet_->registration().wait_for(2, std::chrono::seconds(10));
+  ASSERT_EQ(registrations.size(), 2u) << plugin_->err();
+  EXPECT_EQ(registrations[1].resource_name(), "fracgpu.io/gpu-slice");
+  auto stub = kubelet_->dial(registrations[1].endpoint());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+}
+
+TEST_F(DevicePluginTest, RegistersAgainWhenOnlyTheKubeletSocketIsReplaced) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a distinct change time
+  kubelet_->restart(/*keep_plugin_sockets=*/true);
+  auto registrations = kubelet_->registration().wait_for(2, std::chrono::seconds(10));
+  ASSERT_EQ(registrations.size(), 2u) << plugin_->err();
+  EXPECT_EQ(registrations[1].endpoint(), "fracgpu.sock");
+}
+
+TEST_F(DevicePluginTest, AllocateRidesOutABrokerRestartAndReportsAnOutage) {
+  kill_broker();
+  // Down for good: a clear UNAVAILABLE, and the plugin keeps running.
+  v1beta1::AllocateResponse response;
+  auto down = allocate(slice_ids(gpu0_, {0}), response);
+  EXPECT_EQ(down.error_code(), grpc::StatusCode::UNAVAILABLE) << down.error_message();
+  EXPECT_NE(down.error_message().find("cannot be reached"), std::string::npos) << down.error_message();
+  EXPECT_TRUE(plugin_->running());
+  // Back within the retry window: the same call succeeds.
+  std::thread restart([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    start_broker();
+  });
+  v1beta1::AllocateResponse later;
+  auto status = allocate(slice_ids(gpu0_, {1}), later);
+  restart.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(tenant(k8s::tenant_name_for(gpu0_, {1})).is_null());
+}
+
+// Bad settings stop the plugin at start with one line and exit status 2, before it
+// touches the kubelet's directory.
+TEST(DevicePluginFlags, BadSettingsAreOneLineAndExitStatusTwo) {
+  TempDir dir{"k8s-flags"};
+  std::ofstream(dir.path() + "/bad.conf") << "slices=lots\n";
+  const std::string d = dir.path();
+  const std::vector<std::vector<std::string>> cases = {
+      {"--plugin-dir", d, "--broker-run-dir", d, "--slices", "0"},
+      {"--plugin-dir", d, "--broker-run-dir", d, "--slices", "65"},
+      {"--plugin-dir", d, "--broker-run-dir", d, "--config", d + "/bad.conf"},
+      {"--plugin-dir", d, "--broker-run-dir", d, "--config", d + "/missing.conf"},
+      {"--plugin-dir", "relative/dir", "--broker-run-dir", d},
+      {"--plugin-dir", d, "--broker-run-dir", d, "--log-level", "loud"},
+      {"--plugin-dir", d, "--broker-run-dir", d, "--slices", "eight"},
+      {"--plugin-dir", d, "--no-such-flag"},
+  };
+  for (const auto& args : cases) {
+    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string extra = args.back();
+    ProcessResult r = run_process(argv, clean_environment(), std::chrono::seconds(10));
+    EXPECT_EQ(r.exit_code, 2) << extra << ": " << r.err;
+    EXPECT_FALSE(r.err.empty() && r.out.empty()) << extra;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/fracgpu.sock"));
+  }
+}
+
+}  // namespace
+}  // namespace fracgpu::testing
