@@ -76,16 +76,37 @@ class DevicePluginTest : public ::testing::Test {
     broker_->wait(std::chrono::seconds(5));
   }
 
-  void start_plugin() {
-    plugin_ = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
-                                 "--slices", std::to_string(kSlices), "--shim-host-path", "/opt/fracgpu/libfracgpu.so",
-                                 "--preload-host-path", "/opt/fracgpu/ld.so.preload", "--health-interval-ms", "200",
-                                 "--log-level", "debug"},
-        env_, dir_.path() + "/plugin");
-    auto registrations = kubelet_->registration().wait_for(1, std::chrono::seconds(10));
-    ASSERT_EQ(registrations.size(), 1u) << "no registration; plugin log:\n" << plugin_->err();
-    plugin_stub_ = kubelet_->dial(registrations[0].endpoint());
+  // Starts the plugin (by default with --slices 4) and waits for its registration.
+  void start_plugin(std::vector<std::string> slice_args = {"--slices", std::to_string(kSlices)},
+                    const Environment& extra_env = {}) {
+    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
+                                     "--shim-host-path", "/opt/fracgpu/libfracgpu.so", "--preload-host-path",
+                                     "/opt/fracgpu/ld.so.preload", "--health-interval-ms", "200", "--log-level", "debug"};
+    argv.insert(argv.end(), slice_args.begin(), slice_args.end());
+    Environment env = env_;
+    for (const auto& [key, value] : extra_env) env[key] = value;
+    plugin_ = std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
+    const std::size_t expected = static_cast<std::size_t>(plugin_starts_);
+    auto registrations = kubelet_->registration().wait_for(expected, std::chrono::seconds(10));
+    ASSERT_EQ(registrations.size(), expected) << "no registration; plugin log:\n" << plugin_->err();
+    plugin_stub_ = kubelet_->dial(registrations.back().endpoint());
+  }
+
+  void stop_plugin() {
+    plugin_->kill_now(SIGTERM);
+    ASSERT_NE(plugin_->wait(std::chrono::seconds(10)), -1) << "the plugin did not stop on SIGTERM";
+    plugin_.reset();
+  }
+
+  // The first list of a new ListAndWatch stream.
+  v1beta1::ListAndWatchResponse first_list() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
+    v1beta1::ListAndWatchResponse list;
+    EXPECT_TRUE(stream->Read(&list));
+    context.TryCancel();
+    return list;
   }
 
   grpc::Status allocate(const std::vector<std::string>& ids, v1beta1::AllocateResponse& response) {
@@ -123,6 +144,7 @@ class DevicePluginTest : public ::testing::Test {
   int broker_starts_ = 0;
   std::unique_ptr<FakeKubelet> kubelet_;
   std::unique_ptr<BackgroundProcess> plugin_;
+  int plugin_starts_ = 0;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub_;
   std::string gpu0_, gpu1_;
 };
@@ -169,6 +191,38 @@ TEST_F(DevicePluginTest, ListAndWatchAdvertisesEachGpuAsNHealthySlices) {
     expected.insert(k8s::format_slice_id(gpu1_, k));
   }
   EXPECT_EQ(seen, expected);
+  context.TryCancel();
+}
+
+TEST_F(DevicePluginTest, SlicesPerGpuComeFromTheConfigFileWithPerNodeEntries) {
+  stop_plugin();
+  std::ofstream(dir_.path() + "/plugin.conf") << "# cluster default\nslices=2\nslices.gpu-node-7=3\n";
+  start_plugin({"--config", dir_.path() + "/plugin.conf"}, {{"NODE_NAME", "gpu-node-7"}});
+  EXPECT_EQ(first_list().devices_size(), 2 * 3);
+  stop_plugin();
+  start_plugin({"--config", dir_.path() + "/plugin.conf"}, {{"NODE_NAME", "gpu-node-1"}});
+  EXPECT_EQ(first_list().devices_size(), 2 * 2);
+  stop_plugin();
+  start_plugin({"--config", dir_.path() + "/plugin.conf", "--slices", "5"});  // the flag wins
+  EXPECT_EQ(first_list().devices_size(), 2 * 5);
+}
+
+// In a DaemonSet the plugin may start before the broker answers: it registers at once,
+// advertises nothing, and streams the slices when the broker comes up.
+TEST_F(DevicePluginTest, APluginStartedBeforeTheBrokerAdvertisesOnceItAnswers) {
+  stop_plugin();
+  kill_broker();
+  start_plugin();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(stream->Read(&list));
+  EXPECT_EQ(list.devices_size(), 0);
+  start_broker();
+  ASSERT_TRUE(stream->Read(&list)) << plugin_->err();
+  EXPECT_EQ(list.devices_size(), 2 * kSlices);
+  for (const auto& device : list.devices()) EXPECT_EQ(device.health(), "Healthy");
   context.TryCancel();
 }
 
