@@ -27,30 +27,35 @@ CUresult created_context(CUdevice ordinal, CUcontext* context, Call&& call) {
     policy->release(device.index, bytes);
     return rc;
   }
-  policy->contexts.insert(reinterpret_cast<uintptr_t>(*context), {static_cast<uint32_t>(device.index), bytes, 0});
+  policy->remember(&MemoryPolicy::contexts, reinterpret_cast<uintptr_t>(*context),
+                   {static_cast<uint32_t>(device.index), bytes, 0});
   return rc;
 }
 
-CUresult destroyed_context(CUcontext context, CUresult rc) {
+template <typename Call>
+CUresult destroyed_context(CUcontext context, Call&& call) {
   MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
-  if (auto charge = policy->contexts.erase(reinterpret_cast<uintptr_t>(context))) {
-    policy->release(static_cast<int>(charge->device), charge->bytes);
-  }
+  if (policy == nullptr) return call();
+  const uint64_t key = reinterpret_cast<uintptr_t>(context);
+  auto charge = policy->contexts.erase(key);  // before the driver: a new context may reuse the handle
+  CUresult rc = call();
+  if (charge && rc != CUDA_SUCCESS) policy->contexts.insert(key, *charge);
+  if (charge && rc == CUDA_SUCCESS) policy->release(static_cast<int>(charge->device), charge->bytes);
   return rc;
 }
 
-// Drops the primary context's charge on `ordinal` after `retains_left` is reached.
+// Drops the primary context's charge on `ordinal` when its last retain goes (or on a
+// reset), returning exactly the bytes charged at the first retain.
 CUresult primary_released(CUdevice ordinal, CUresult rc, bool reset) {
   MemoryPolicy* policy = MemoryPolicy::active();
   if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
   std::lock_guard<std::mutex> lock(policy->primary_mutex);
-  int& retains = policy->primary_retains[ordinal];
-  if (retains == 0) return rc;
-  retains = reset ? 0 : retains - 1;
-  if (retains == 0) {
-    const TenantDevice device = policy->device(ordinal);
-    policy->release(device.index, footprint(*policy, device));
+  MemoryPolicy::PrimaryCharge& charge = policy->primary_retains[ordinal];
+  if (charge.retains == 0) return rc;
+  charge.retains = reset ? 0 : charge.retains - 1;
+  if (charge.retains == 0) {
+    policy->release(charge.index, charge.bytes);
+    charge = {};
   }
   return rc;
 }
@@ -80,11 +85,11 @@ CUresult HookBody<HookId::cuCtxCreate_v4>::call(PFN_cuCtxCreate_v12050 real, CUc
 }
 
 CUresult HookBody<HookId::cuCtxDestroy_v2>::call(PFN_cuCtxDestroy_v4000 real, CUcontext ctx) noexcept {
-  return destroyed_context(ctx, real(ctx));
+  return destroyed_context(ctx, [&] { return real(ctx); });
 }
 
 CUresult HookBody<HookId::cuCtxDestroy>::call(PFN_cuCtxDestroy_v2000 real, CUcontext ctx) noexcept {
-  return destroyed_context(ctx, real(ctx));
+  return destroyed_context(ctx, [&] { return real(ctx); });
 }
 
 CUresult HookBody<HookId::cuDevicePrimaryCtxRetain>::call(PFN_cuDevicePrimaryCtxRetain_v7000 real,
@@ -92,15 +97,18 @@ CUresult HookBody<HookId::cuDevicePrimaryCtxRetain>::call(PFN_cuDevicePrimaryCtx
   MemoryPolicy* policy = MemoryPolicy::active();
   if (policy == nullptr) return real(ctx, dev);
   std::lock_guard<std::mutex> lock(policy->primary_mutex);
-  int& retains = policy->primary_retains[dev];
+  MemoryPolicy::PrimaryCharge& charge = policy->primary_retains[dev];
   const TenantDevice device = policy->device(dev);
-  const uint64_t bytes = retains == 0 ? footprint(*policy, device) : 0;
-  if (retains == 0) {
+  const uint64_t bytes = charge.retains == 0 ? footprint(*policy, device) : 0;
+  if (charge.retains == 0) {
     if (CUresult rc = policy->reserve(device, bytes, "cuDevicePrimaryCtxRetain"); rc != CUDA_SUCCESS) return rc;
   }
   CUresult rc = real(ctx, dev);
-  if (rc == CUDA_SUCCESS) ++retains;
-  else if (bytes > 0) policy->release(device.index, bytes);
+  if (rc != CUDA_SUCCESS) {
+    if (bytes > 0) policy->release(device.index, bytes);
+    return rc;
+  }
+  if (charge.retains++ == 0) charge.index = device.index, charge.bytes = bytes;
   return rc;
 }
 

@@ -19,6 +19,7 @@ void resolve_driver_calls(void* driver, DriverCalls* calls) {
   get("cuMemPoolGetAttribute", &calls->cuMemPoolGetAttribute);
   get("cuArrayGetMemoryRequirements", &calls->cuArrayGetMemoryRequirements);
   get("cuMipmappedArrayGetMemoryRequirements", &calls->cuMipmappedArrayGetMemoryRequirements);
+  get("cuStreamGetDevice", &calls->cuStreamGetDevice);
 }
 
 void DeviceResolver::init(const DriverCalls* calls, const TenantQuota* quota) {
@@ -40,14 +41,15 @@ int DeviceResolver::tenant_device(CUdevice ordinal) {
   if (ordinal < 0 || ordinal >= kMaxOrdinals) return kNoTenantDevice;
   int cached = cache_[ordinal].load(std::memory_order_relaxed);
   if (cached != kUnknown) return cached;
-  int found = kNoTenantDevice;
   CUuuid uuid{};
-  if (calls_->cuDeviceGetUuid != nullptr && calls_->cuDeviceGetUuid(&uuid, ordinal) == CUDA_SUCCESS) {
-    const std::string text = format_uuid(uuid);
-    for (uint32_t i = 0; i < quota_->device_count && i < kMaxDevices; ++i) {
-      const DeviceQuota& d = quota_->devices[i];
-      if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0) found = static_cast<int>(i);
-    }
+  if (calls_->cuDeviceGetUuid == nullptr || calls_->cuDeviceGetUuid(&uuid, ordinal) != CUDA_SUCCESS) {
+    return kNoTenantDevice;  // not cached: the driver may answer later (e.g. after cuInit)
+  }
+  int found = kNoTenantDevice;
+  const std::string text = format_uuid(uuid);
+  for (uint32_t i = 0; i < quota_->device_count && i < kMaxDevices; ++i) {
+    const DeviceQuota& d = quota_->devices[i];
+    if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0) found = static_cast<int>(i);
   }
   cache_[ordinal].store(found, std::memory_order_relaxed);
   return found;

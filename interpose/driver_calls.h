@@ -18,6 +18,7 @@ struct DriverCalls {
   PFN_cuMemPoolGetAttribute_v11020 cuMemPoolGetAttribute = nullptr;
   PFN_cuArrayGetMemoryRequirements_v11060 cuArrayGetMemoryRequirements = nullptr;
   PFN_cuMipmappedArrayGetMemoryRequirements_v11060 cuMipmappedArrayGetMemoryRequirements = nullptr;
+  PFN_cuStreamGetDevice_v12080 cuStreamGetDevice = nullptr;
 };
 
 void resolve_driver_calls(void* driver_handle, DriverCalls* calls);

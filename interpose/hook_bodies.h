@@ -39,7 +39,7 @@ struct BodySignature<CUresult(CUDAAPI*)(Args...)> {
 FRACGPU_DECLARE_BODY(cuGetProcAddress, PFN_cuGetProcAddress_v11030)
 FRACGPU_DECLARE_BODY(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)
 
-// memory_hooks.cpp
+// memory_hooks.cpp, vmm_hooks.cpp
 FRACGPU_DECLARE_BODY(cuMemAlloc, PFN_cuMemAlloc_v2000)
 FRACGPU_DECLARE_BODY(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)
 FRACGPU_DECLARE_BODY(cuMemAllocPitch, PFN_cuMemAllocPitch_v2000)
@@ -53,6 +53,8 @@ FRACGPU_DECLARE_BODY(cuDeviceTotalMem, PFN_cuDeviceTotalMem_v2000)
 FRACGPU_DECLARE_BODY(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)
 FRACGPU_DECLARE_BODY(cuMemCreate, PFN_cuMemCreate_v10020)
 FRACGPU_DECLARE_BODY(cuMemRelease, PFN_cuMemRelease_v10020)
+FRACGPU_DECLARE_BODY(cuMemMap, PFN_cuMemMap_v10020)
+FRACGPU_DECLARE_BODY(cuMemUnmap, PFN_cuMemUnmap_v10020)
 FRACGPU_DECLARE_BODY(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)
 FRACGPU_DECLARE_BODY(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)
 FRACGPU_DECLARE_BODY(cuArrayDestroy, PFN_cuArrayDestroy_v2000)

@@ -30,7 +30,7 @@ CUresult charged(const char* api, AllocationTable MemoryPolicy::*table, uint64_t
     policy->release(device.index, bytes);
     return rc;
   }
-  (policy->*table).insert(key, {static_cast<uint32_t>(device.index), bytes, 0});
+  policy->remember(table, key, {static_cast<uint32_t>(device.index), bytes, 0});
   return rc;
 }
 
@@ -40,27 +40,42 @@ uint64_t key_of(Key key) {
   else return static_cast<uint64_t>(key);
 }
 
-// Call the driver's free; on success release what `key` was charged in `table`.
+// Frees: the row is taken out *before* the driver frees, so that another thread that
+// gets the same address back at once cannot have its fresh row removed by us; if the
+// driver refuses, the row goes back.
 template <typename Key, typename Call>
 CUresult uncharged(AllocationTable MemoryPolicy::*table, Key key, Call&& call) {
-  CUresult rc = call();
   MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
-  if (auto charge = (policy->*table).erase(key_of(key))) policy->release(static_cast<int>(charge->device), charge->bytes);
+  if (policy == nullptr) return call();
+  auto charge = (policy->*table).erase(key_of(key));
+  CUresult rc = call();
+  if (charge && rc != CUDA_SUCCESS) (policy->*table).insert(key_of(key), *charge);
+  if (charge && rc == CUDA_SUCCESS) policy->release(static_cast<int>(charge->device), charge->bytes);
   return rc;
 }
 
-// cuMemFree accepts stream-ordered allocations too.
-CUresult free_device_memory(CUdeviceptr ptr, CUresult rc) {
+}  // namespace
+
+// cuMemFree (and cuMemFreeAsync) accept allocations of either kind.
+template <typename Call>
+CUresult free_any_device_memory(CUdeviceptr ptr, Call&& call) {
   MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
-  if (auto charge = policy->device_memory.erase(ptr)) {
-    policy->release(static_cast<int>(charge->device), charge->bytes);
-  } else if (auto async = policy->async_memory.erase(ptr)) {
-    MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(async->owner), async->bytes);
+  if (policy == nullptr) return call();
+  auto plain = policy->device_memory.erase(ptr);
+  auto pooled = plain ? std::nullopt : policy->async_memory.erase(ptr);
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    if (plain) policy->device_memory.insert(ptr, *plain);
+    if (pooled) policy->async_memory.insert(ptr, *pooled);
+  } else if (plain) {
+    policy->release(static_cast<int>(plain->device), plain->bytes);
+  } else if (pooled && !MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
+    policy->release(static_cast<int>(pooled->device), pooled->bytes);  // its pool is already destroyed
   }
   return rc;
 }
+
+namespace {
 
 uint64_t element_bytes(CUarray_format format) {
   switch (format) {
@@ -164,11 +179,11 @@ CUresult HookBody<HookId::cuMemAllocPitch>::call(PFN_cuMemAllocPitch_v2000 real,
 }
 
 CUresult HookBody<HookId::cuMemFree_v2>::call(PFN_cuMemFree_v3020 real, CUdeviceptr ptr) noexcept {
-  return free_device_memory(ptr, real(ptr));
+  return free_any_device_memory(ptr, [&] { return real(ptr); });
 }
 
 CUresult HookBody<HookId::cuMemFree>::call(PFN_cuMemFree_v2000 real, CUdeviceptr_v1 ptr) noexcept {
-  return free_device_memory(ptr, real(ptr));
+  return free_any_device_memory(ptr, [&] { return real(ptr); });
 }
 
 // The tenant sees its cap as the device: total = cap, free = cap - used (never more
@@ -235,13 +250,8 @@ CUresult HookBody<HookId::cuMemCreate>::call(PFN_cuMemCreate_v10020 real, CUmemG
     policy->release(device.index, size);
     return rc;
   }
-  policy->vmm_handles.insert(*handle, {static_cast<uint32_t>(device.index), size, 0});
+  policy->remember(&MemoryPolicy::vmm_handles, *handle, {static_cast<uint32_t>(device.index), size, 0});
   return rc;
-}
-
-CUresult HookBody<HookId::cuMemRelease>::call(PFN_cuMemRelease_v10020 real,
-                                              CUmemGenericAllocationHandle handle) noexcept {
-  return uncharged(&MemoryPolicy::vmm_handles, handle, [&] { return real(handle); });
 }
 
 CUresult HookBody<HookId::cuArrayCreate_v2>::call(PFN_cuArrayCreate_v3020 real, CUarray* array,

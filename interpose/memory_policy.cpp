@@ -91,6 +91,10 @@ void MemoryPolicy::release(int index, uint64_t bytes) {
   if (index != kNoTenantDevice && bytes > 0) session_.ledger().release(static_cast<uint32_t>(index), bytes);
 }
 
+void MemoryPolicy::remember(AllocationTable MemoryPolicy::*table, uint64_t key, const ChargedAllocation& charge) {
+  if (auto stale = (this->*table).insert(key, charge)) release(static_cast<int>(stale->device), stale->bytes);
+}
+
 void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_bytes, size_t* total_bytes) {
   if (device.index == kNoTenantDevice) {  // a device the tenant may not use looks full
     if (free_bytes) *free_bytes = 0;

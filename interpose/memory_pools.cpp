@@ -18,14 +18,18 @@ CUresult MemoryPools::reserve(MemoryPolicy& policy, const TenantDevice& device, 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     PoolCharge& charge = pools_[pool];
-    charge.device_index = device.index;
+    if (charge.device_index < 0) charge.device_index = device.index;  // a pool lives on one device
     const uint64_t wanted = charge.live + size;
     *charged_now = wanted > charge.charged ? wanted - charge.charged : 0;
     charge.live += size;  // claimed now so that racing threads cannot share the same cache
     charge.charged += *charged_now;
   }
   if (*charged_now == 0) return CUDA_SUCCESS;
-  CUresult rc = policy.reserve(device, *charged_now, "cuMemAllocAsync");
+  const int index = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pools_[pool].device_index;
+  }();
+  CUresult rc = policy.reserve(TenantDevice{device.ordinal, index}, *charged_now, "cuMemAllocAsync");
   if (rc != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> lock(mutex_);
     PoolCharge& charge = pools_[pool];
@@ -77,10 +81,12 @@ void MemoryPools::settle(MemoryPolicy& policy, CUmemoryPool pool) {
   }
 }
 
-void MemoryPools::freed(CUmemoryPool pool, uint64_t size) {
+bool MemoryPools::freed(CUmemoryPool pool, uint64_t size) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pools_.find(pool);
-  if (it != pools_.end()) it->second.live -= std::min(size, it->second.live);
+  if (it == pools_.end()) return false;
+  it->second.live -= std::min(size, it->second.live);
+  return true;
 }
 
 uint64_t MemoryPools::resync(MemoryPolicy& policy, CUmemoryPool pool) {
@@ -126,7 +132,7 @@ void MemoryPools::destroyed(MemoryPolicy& policy, CUmemoryPool pool) {
     charge = it->second;
     pools_.erase(it);
   }
-  policy.release(charge.device_index, charge.charged);
+  policy.release(charge.device_index, charge.charged > charge.live ? charge.charged - charge.live : 0);
 }
 
 }  // namespace fracgpu::shim

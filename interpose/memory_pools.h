@@ -30,10 +30,14 @@ class MemoryPools {
   void cancel(MemoryPolicy& policy, CUmemoryPool pool, uint64_t size, uint64_t charged_now);
   // After a successful allocation that grew the pool: charge the driver's rounding.
   void settle(MemoryPolicy& policy, CUmemoryPool pool);
-  void freed(CUmemoryPool pool, uint64_t size);
+  // False when the pool is gone (destroyed with allocations outstanding): the caller
+  // then releases the allocation's charge itself.
+  bool freed(CUmemoryPool pool, uint64_t size);
   // Re-measures one pool / every pool of a quota device; returns bytes released.
   uint64_t resync(MemoryPolicy& policy, CUmemoryPool pool);
   uint64_t reclaim_cached(MemoryPolicy& policy, uint32_t device_index);
+  // The driver destroys a pool only once its outstanding allocations are freed: release
+  // the cached part now; each live allocation is released by its own free.
   void destroyed(MemoryPolicy& policy, CUmemoryPool pool);
 
  private:

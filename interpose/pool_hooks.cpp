@@ -9,12 +9,24 @@
 namespace fracgpu::shim {
 namespace {
 
+// The device of a stream-ordered allocation: the current context's, else the stream's
+// own (stream-ordered calls need no current context).
+bool allocation_device(MemoryPolicy& policy, CUstream stream, TenantDevice* device) {
+  if (policy.current_device(device)) return true;
+  auto stream_device = policy.driver().cuStreamGetDevice;
+  if (stream == nullptr || stream_device == nullptr || stream_device(stream, &device->ordinal) != CUDA_SUCCESS) {
+    return false;
+  }
+  *device = policy.device(device->ordinal);
+  return true;
+}
+
 template <typename Call>
-CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, Call&& call) {
+CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, Call&& call) {
   MemoryPolicy* policy = MemoryPolicy::active();
+  if (policy == nullptr) return call();
   TenantDevice device;
-  if (policy == nullptr || !policy->current_device(&device)) return call();
-  device = policy->device(device.ordinal);
+  if (!allocation_device(*policy, stream, &device)) return CUDA_ERROR_INVALID_CONTEXT;  // never uncharged
   if (pool == nullptr) {
     auto current_pool = policy->driver().cuDeviceGetMemPool;
     if (current_pool == nullptr || current_pool(&pool, device.ordinal) != CUDA_SUCCESS) pool = nullptr;
@@ -27,18 +39,27 @@ CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, Ca
     pools.cancel(*policy, pool, size, charged_now);
     return rc;
   }
-  policy->async_memory.insert(*dptr, {static_cast<uint32_t>(device.index), size,
-                                      reinterpret_cast<uintptr_t>(pool)});
+  policy->remember(&MemoryPolicy::async_memory, *dptr,
+                   {static_cast<uint32_t>(device.index), size, reinterpret_cast<uintptr_t>(pool)});
   if (charged_now > 0 && pool != nullptr) pools.settle(*policy, pool);
   return rc;
 }
 
-CUresult pooled_free(CUdeviceptr ptr, CUresult rc) {
+// Rows are taken out before the driver frees (an address reused at once by another
+// thread keeps its own row) and put back if the driver refuses.
+template <typename Call>
+CUresult pooled_free(CUdeviceptr ptr, Call&& call) {
   MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
-  if (auto charge = policy->async_memory.erase(ptr)) {
-    MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(charge->owner), charge->bytes);
-  } else if (auto plain = policy->device_memory.erase(ptr)) {  // cuMemAlloc memory freed stream-ordered
+  if (policy == nullptr) return call();
+  auto pooled = policy->async_memory.erase(ptr);
+  auto plain = pooled ? std::nullopt : policy->device_memory.erase(ptr);  // cuMemAlloc memory, freed stream-ordered
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    if (pooled) policy->async_memory.insert(ptr, *pooled);
+    if (plain) policy->device_memory.insert(ptr, *plain);
+  } else if (pooled && !MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
+    policy->release(static_cast<int>(pooled->device), pooled->bytes);  // its pool was destroyed meanwhile
+  } else if (plain) {
     policy->release(static_cast<int>(plain->device), plain->bytes);
   }
   return rc;
@@ -48,34 +69,34 @@ CUresult pooled_free(CUdeviceptr ptr, CUresult rc) {
 
 CUresult HookBody<HookId::cuMemAllocAsync>::call(PFN_cuMemAllocAsync_v11020 real, CUdeviceptr* dptr,
                                                  size_t size, CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, nullptr, [&] { return real(dptr, size, stream); });
+  return pooled_allocation(dptr, size, nullptr, stream, [&] { return real(dptr, size, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocAsync_ptsz>::call(PFN_cuMemAllocAsync_v11020_ptsz real, CUdeviceptr* dptr,
                                                       size_t size, CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, nullptr, [&] { return real(dptr, size, stream); });
+  return pooled_allocation(dptr, size, nullptr, stream, [&] { return real(dptr, size, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocFromPoolAsync>::call(PFN_cuMemAllocFromPoolAsync_v11020 real,
                                                          CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                          CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, pool, [&] { return real(dptr, size, pool, stream); });
+  return pooled_allocation(dptr, size, pool, stream, [&] { return real(dptr, size, pool, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocFromPoolAsync_ptsz>::call(PFN_cuMemAllocFromPoolAsync_v11020_ptsz real,
                                                               CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                               CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, pool, [&] { return real(dptr, size, pool, stream); });
+  return pooled_allocation(dptr, size, pool, stream, [&] { return real(dptr, size, pool, stream); });
 }
 
 CUresult HookBody<HookId::cuMemFreeAsync>::call(PFN_cuMemFreeAsync_v11020 real, CUdeviceptr ptr,
                                                 CUstream stream) noexcept {
-  return pooled_free(ptr, real(ptr, stream));
+  return pooled_free(ptr, [&] { return real(ptr, stream); });
 }
 
 CUresult HookBody<HookId::cuMemFreeAsync_ptsz>::call(PFN_cuMemFreeAsync_v11020_ptsz real, CUdeviceptr ptr,
                                                      CUstream stream) noexcept {
-  return pooled_free(ptr, real(ptr, stream));
+  return pooled_free(ptr, [&] { return real(ptr, stream); });
 }
 
 CUresult HookBody<HookId::cuMemPoolTrimTo>::call(PFN_cuMemPoolTrimTo_v11020 real, CUmemoryPool pool,
@@ -89,8 +110,7 @@ CUresult HookBody<HookId::cuMemPoolDestroy>::call(PFN_cuMemPoolDestroy_v11020 re
   CUresult rc = real(pool);
   MemoryPolicy* policy = MemoryPolicy::active();
   if (rc != CUDA_SUCCESS || policy == nullptr) return rc;
-  policy->async_memory.erase_owned_by(reinterpret_cast<uintptr_t>(pool));
-  MemoryPools::instance().destroyed(*policy, pool);
+  MemoryPools::instance().destroyed(*policy, pool);  // outstanding allocations keep their rows
   return rc;
 }
 

@@ -1,6 +1,7 @@
 // One-time initialisation of the shim and the exit-time hook-stats dump.
 #include "shim_runtime.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -56,7 +57,7 @@ void initialize_once() noexcept {
   s->driver_path = driver.path;
   if (driver.handle != nullptr && !s->config.disabled) join_tenant(s, driver.handle);
   resolve_hooked_functions(s->driver_handle);
-  s->proc_address.build(g_real_functions, wrapper_addresses());
+  s->proc_address.build(g_real_functions, wrapper_addresses(), CUDA_VERSION);
   g_hooks_active = !s->config.disabled;
   if (s->config.disabled) FRACGPU_LOG(LogLevel::kInfo, "FRACGPU_DISABLE is set: pass-through only");
   HookStats::enable(!s->config.hook_stats_path.empty());

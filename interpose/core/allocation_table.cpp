@@ -3,10 +3,14 @@
 
 namespace fracgpu {
 
-void AllocationTable::insert(uint64_t key, const ChargedAllocation& allocation) {
+std::optional<ChargedAllocation> AllocationTable::insert(uint64_t key, const ChargedAllocation& allocation) {
   Shard& shard = shards_[shard_of(key)];
   std::lock_guard<std::mutex> lock(shard.mutex);
-  shard.entries[key] = allocation;
+  auto [it, inserted] = shard.entries.try_emplace(key, allocation);
+  if (inserted) return std::nullopt;
+  ChargedAllocation previous = it->second;
+  it->second = allocation;
+  return previous;
 }
 
 std::optional<ChargedAllocation> AllocationTable::erase(uint64_t key) {

@@ -21,7 +21,9 @@ struct ChargedAllocation {
 
 class AllocationTable {
  public:
-  void insert(uint64_t key, const ChargedAllocation& allocation);
+  // Stores the row; returns the row it replaced, if any (an address the driver reused:
+  // the old allocation is gone, e.g. freed by a context reset).
+  std::optional<ChargedAllocation> insert(uint64_t key, const ChargedAllocation& allocation);
   std::optional<ChargedAllocation> erase(uint64_t key);
   std::optional<ChargedAllocation> find(uint64_t key) const;
   // Every entry with the given owner, removed (e.g. allocations of a destroyed pool).

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "fracgpu/protocol.h"
@@ -77,6 +78,13 @@ void BrokerConnection::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   buffered_.clear();
+}
+
+void BrokerConnection::forget_after_fork() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  buffered_.clear();
+  new (&mutex_) std::mutex();  // the parent's lock state means nothing in the child
 }
 
 std::optional<std::string> BrokerConnection::request(const std::string& line, int timeout_ms,

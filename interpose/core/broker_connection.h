@@ -24,6 +24,9 @@ class BrokerConnection {
   void adopt(int fd);
   bool connected() const;
   void close();
+  // In a child after fork(): drops the inherited descriptor without touching the mutex,
+  // which another thread of the parent may have held at the fork (it is re-created).
+  void forget_after_fork();
 
   // One request line out, one reply line back (without the newline).
   std::optional<std::string> request(const std::string& line, int timeout_ms, std::string* error);

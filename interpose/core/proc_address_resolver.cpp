@@ -6,7 +6,8 @@
 namespace fracgpu {
 
 void ProcAddressResolver::build(const std::array<void*, kHookCount>& real,
-                                const std::array<void*, kHookCount>& wrapper) {
+                                const std::array<void*, kHookCount>& wrapper, int newest_known_version) {
+  newest_known_version_ = newest_known_version;
   real_count_ = 0;
   for (std::size_t i = 0; i < kHookCount; ++i) {
     wrapper_[i] = wrapper[i];
@@ -26,7 +27,9 @@ void* ProcAddressResolver::translate(std::string_view symbol, void* driver_fn, i
     return wrapper_[it->second];
   }
   const bool per_thread = (flags & kProcAddressPerThreadStreamFlag) != 0;
-  if (auto id = select_hook_for_version(symbol, cuda_version, per_thread); id && has_real_[hook_index(*id)]) {
+  auto id = cuda_version <= newest_known_version_ ? select_hook_for_version(symbol, cuda_version, per_thread)
+                                                   : std::nullopt;
+  if (id && has_real_[hook_index(*id)]) {
     by_name_.fetch_add(1, std::memory_order_relaxed);
     return wrapper_[hook_index(*id)];
   }

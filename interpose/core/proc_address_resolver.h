@@ -30,7 +30,11 @@ class ProcAddressResolver {
 
   // real[i] / wrapper[i]: the driver's function and our wrapper for hook i. A null real
   // pointer (driver lacks that ABI) is never matched.
-  void build(const std::array<void*, kHookCount>& real, const std::array<void*, kHookCount>& wrapper);
+  // newest_known_version: the CUDA version of the headers the shim was built with. The
+  // name fallback is used only for requests up to it: a newer request may be answered
+  // with an ABI the catalog has never seen, which must not get a wrapper of an older one.
+  void build(const std::array<void*, kHookCount>& real, const std::array<void*, kHookCount>& wrapper,
+             int newest_known_version);
 
   void* translate(std::string_view symbol, void* driver_fn, int cuda_version, uint64_t flags);
 
@@ -41,6 +45,7 @@ class ProcAddressResolver {
   std::size_t real_count_ = 0;
   std::array<void*, kHookCount> wrapper_{};
   std::array<bool, kHookCount> has_real_{};
+  int newest_known_version_ = 0;
   std::atomic<uint64_t> by_pointer_{0}, by_name_{0}, passed_through_{0};
 };
 

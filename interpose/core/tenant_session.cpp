@@ -120,7 +120,7 @@ void TenantSession::unmap() {
 }
 
 void TenantSession::forget_parent_after_fork() {
-  connection_.close();
+  connection_.forget_after_fork();  // no locking: the child is single-threaded here
   forked_ = true;
 }
 

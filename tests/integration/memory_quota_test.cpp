@@ -105,6 +105,19 @@ TEST_F(MemoryQuota, EveryAllocationRouteIsChargedAndReleased) {
   EXPECT_EQ(result.size(), 9u);
 }
 
+// Memory that outlives the call that "frees" it stays charged until it is really gone.
+TEST_F(MemoryQuota, ChargesFollowTheMemorysRealLifetime) {
+  create_tenant("lifetimes", "2GiB");
+  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "lifetimes", "--bytes", std::to_string(64 * kMiB)},
+                                tenant_env("lifetimes"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto result = last_json_line(r.out);
+  EXPECT_EQ(result["vmm_released_while_mapped"].get<int64_t>(), static_cast<int64_t>(64 * kMiB));
+  EXPECT_EQ(result["vmm_unmapped"].get<int64_t>(), 0);
+  EXPECT_EQ(result["pool_destroyed_live"].get<int64_t>(), static_cast<int64_t>(64 * kMiB));
+  EXPECT_EQ(result["pool_freed"].get<int64_t>(), 0);
+}
+
 // A process killed at a random moment of an allocation storm has its memory back in the
 // tenant's books within a second — 100 times over.
 TEST_F(MemoryQuota, SigkilledProcessesAreReclaimedWithinOneSecond) {

@@ -9,6 +9,9 @@
 //                                 (with --go: start only once FILE exists)
 //   hold --bytes N                allocate N bytes, print, then sleep until killed
 //   routes --bytes N              every allocation route once: charge and release
+//   lifetimes --bytes N           memory that outlives the call that "frees" it: a VMM
+//                                 handle released while still mapped, a pool destroyed
+//                                 with an allocation outstanding (charge while alive, 0 after)
 //   info                          cuMemGetInfo / cuDeviceTotalMem
 //   pairs --bytes N --count K     time K cuMemAlloc+cuMemFree pairs of N bytes (ns per pair,
 //                                 median of 5 rounds after a warm-up round)
@@ -268,6 +271,52 @@ int pairs(const Args& a) {
   return 0;
 }
 
+int lifetimes(const Args& a) {
+  CUdevice dev = start();
+  size_t free0 = 0, free1 = 0, total = 0;
+  CHECK(cuMemGetInfo(&free0, &total));
+  auto used = [&] {
+    CHECK(cuMemGetInfo(&free1, &total));
+    return static_cast<long long>(free0) - static_cast<long long>(free1);
+  };
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
+  size_t granularity = 0;
+  CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const size_t size = (a.bytes + granularity - 1) / granularity * granularity;
+  CUmemGenericAllocationHandle handle = 0;
+  CUdeviceptr va = 0;
+  CHECK(cuMemCreate(&handle, size, &prop, 0));
+  CHECK(cuMemAddressReserve(&va, size, 0, 0, 0));
+  CHECK(cuMemMap(va, size, 0, handle, 0));
+  CHECK(cuMemRelease(handle));  // still mapped: the memory is still there
+  const long long released_mapped = used();
+  CHECK(cuMemUnmap(va, size));
+  const long long unmapped = used();
+  CHECK(cuMemAddressFree(va, size));
+
+  CUstream stream = nullptr;
+  CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, dev};
+  CUmemoryPool pool = nullptr;
+  CUdeviceptr p = 0;
+  CHECK(cuMemPoolCreate(&pool, &props));
+  CHECK(cuMemAllocFromPoolAsync(&p, a.bytes, pool, stream));
+  CHECK(cuStreamSynchronize(stream));
+  CHECK(cuMemPoolDestroy(pool));  // deferred by the driver until p is freed
+  const long long destroyed_live = used();
+  CHECK(cuMemFreeAsync(p, stream));
+  CHECK(cuStreamSynchronize(stream));
+  const long long freed = used();
+  CHECK(cuStreamDestroy(stream));
+  std::printf("{\"vmm_released_while_mapped\":%lld,\"vmm_unmapped\":%lld,\"pool_destroyed_live\":%lld,"
+              "\"pool_freed\":%lld}\n", released_mapped, unmapped, destroyed_live, freed);
+  return 0;
+}
+
 int info() {
   CUdevice dev = start();
   size_t free_bytes = 0, total = 0, device_total = 0;
@@ -287,6 +336,7 @@ int main(int argc, char** argv) {
   if (a.mode == "routes") return routes(a);
   if (a.mode == "info") return info();
   if (a.mode == "pairs") return pairs(a);
+  if (a.mode == "lifetimes") return lifetimes(a);
   std::fprintf(stderr, "unknown mode %s\n", a.mode.c_str());
   return 2;
 }

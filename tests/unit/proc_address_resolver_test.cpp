@@ -19,7 +19,7 @@ class ProcAddressResolverTest : public ::testing::Test {
       wrappers[i] = wrapper_pointer(i);
     }
     real[hook_index(HookId::cuMemAllocManaged)] = nullptr;  // a driver lacking one ABI
-    resolver.build(real, wrappers);
+    resolver.build(real, wrappers, 13000);
   }
   ProcAddressResolver resolver;
 };
@@ -38,6 +38,11 @@ TEST_F(ProcAddressResolverTest, UnknownPointerOfAHookedNameIsMatchedByVersion) {
   EXPECT_EQ(resolver.translate("cuMemcpyAsync", internal, 12000, kProcAddressPerThreadStreamFlag),
             wrapper_pointer(hook_index(HookId::cuMemcpyAsync_ptsz)));
   EXPECT_EQ(resolver.stats().by_name, 2u);
+}
+
+TEST_F(ProcAddressResolverTest, NewerThanTheHeadersIsNeverGuessed) {
+  void* unknown_abi = reinterpret_cast<void*>(0x5151);  // e.g. a future cuCtxCreate_v5
+  EXPECT_EQ(resolver.translate("cuCtxCreate", unknown_abi, 13020, 0), unknown_abi);
 }
 
 TEST_F(ProcAddressResolverTest, UnhookedAndMissingAbisPassThrough) {
