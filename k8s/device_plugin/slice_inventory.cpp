@@ -47,10 +47,18 @@ bool SliceInventory::apply(const std::vector<BrokerGpu>& answer) {
 
 bool SliceInventory::refresh(const BrokerAdmin& broker) {
   auto answer = broker.gpus();
+  // One warning per outage, not one per poll: a broker down for minutes must not flood the log.
   if (!answer) {
-    spdlog::warn("cannot read the GPU list from the broker (keeping the last known health): {}", answer.error());
+    if (broker_answered_) {
+      spdlog::warn("cannot read the GPU list from the broker (keeping the last known health): {}", answer.error());
+    } else {
+      spdlog::debug("still no GPU list from the broker: {}", answer.error());
+    }
+    broker_answered_ = false;
     return false;
   }
+  if (!broker_answered_) spdlog::info("the broker at {} answers", broker.run_dir());
+  broker_answered_ = true;
   apply(*answer);
   return true;
 }

@@ -56,6 +56,8 @@ class SliceInventory {
   std::vector<KnownGpu> gpus_;  // in the order first seen, so the advertised list is stable
   uint64_t generation_ = 0;
   bool stopped_ = false;
+  // Whether the last poll got an answer (only the polling thread touches it).
+  bool broker_answered_ = true;
 };
 
 }  // namespace fracgpu::k8s
