@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config python3 binutils
+  build-essential cmake ninja-build pkg-config python3 python3-yaml binutils
   libboost-dev libspdlog-dev libfmt-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
