@@ -27,6 +27,17 @@ bool same_file(const char* a, const char* b) noexcept {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+// A copy of the shim installed under the driver's name (another file, so neither the
+// inode nor the address checks catch it) exports the NVML hooks from its own object;
+// the real driver never defines NVML functions.
+bool is_a_fracgpu_shim(void* handle) noexcept {
+  void* marker = dlsym(handle, "nvmlDeviceGetMemoryInfo_v2");
+  Dl_info marker_info{}, init_info{};
+  void* init = dlsym(handle, "cuInit");
+  return marker != nullptr && init != nullptr && dladdr(marker, &marker_info) != 0 &&
+         dladdr(init, &init_info) != 0 && marker_info.dli_fbase == init_info.dli_fbase;
+}
+
 void* try_load(const std::string& path) noexcept {
   if (same_file(path.c_str(), own_library_path())) {
     FRACGPU_LOG(LogLevel::kDebug, "skipping %s: it is the fracgpu shim itself", path.c_str());
@@ -38,7 +49,7 @@ void* try_load(const std::string& path) noexcept {
     return nullptr;
   }
   void* init = dlsym(handle, "cuInit");
-  if (init == nullptr || address_is_in_shim(init)) {
+  if (init == nullptr || address_is_in_shim(init) || is_a_fracgpu_shim(handle)) {
     FRACGPU_LOG(LogLevel::kDebug, "skipping %s: not a CUDA driver, or resolves to the shim", path.c_str());
     dlclose(handle);
     return nullptr;

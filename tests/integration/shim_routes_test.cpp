@@ -99,6 +99,20 @@ TEST_F(ShimBehaviour, FindsTheDriverThroughTheLibraryPath) {
   EXPECT_EQ(hook_stats()["driver"], FRACGPU_FAKECUDA_DIR "/libcuda.so.1");
 }
 
+// A copy of the shim installed as libcuda.so.1 ahead of the real driver on the library
+// path must be recognised and skipped, not loaded as "the driver".
+TEST_F(ShimBehaviour, ACopyOfTheShimIsNeverTakenForTheDriver) {
+  TempDir decoy("decoy");
+  std::filesystem::copy_file(FRACGPU_SHIM_PATH, decoy.path() + "/libcuda.so.1");
+  Environment env = shim_env();
+  env.erase("FRACGPU_REAL_DRIVER");
+  env["LD_LIBRARY_PATH"] = decoy.path() + ":" + FRACGPU_FAKECUDA_DIR;
+  ProcessResult r = run_process({FRACGPU_TEST_CLIENT, "--route", "direct"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(hook_stats()["driver"], FRACGPU_FAKECUDA_DIR "/libcuda.so.1");
+  EXPECT_EQ(hook_count("cuMemAlloc_v2"), 3u) << "charged once, not twice";
+}
+
 TEST_F(ShimBehaviour, NoDriverGivesAnErrorCodeAndOneLineNotACrash) {
   Environment env = shim_env();
   env["FRACGPU_REAL_DRIVER"] = "/nonexistent/libcuda.so.1";
