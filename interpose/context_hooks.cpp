@@ -4,6 +4,7 @@
 // reserved before a context is created and returned when it is destroyed. A primary
 // context is charged when this process first retains it on a device and returned when
 // its last retain is released or it is reset.
+#include "charge_records.h"
 #include "hook_bodies.h"
 #include "memory_policy.h"
 
@@ -29,18 +30,6 @@ CUresult created_context(CUdevice ordinal, CUcontext* context, Call&& call) {
   }
   policy->remember(&MemoryPolicy::contexts, reinterpret_cast<uintptr_t>(*context),
                    {static_cast<uint32_t>(device.index), bytes, 0});
-  return rc;
-}
-
-template <typename Call>
-CUresult destroyed_context(CUcontext context, Call&& call) {
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
-  const uint64_t key = reinterpret_cast<uintptr_t>(context);
-  auto charge = policy->contexts.erase(key);  // before the driver: a new context may reuse the handle
-  CUresult rc = call();
-  if (charge && rc != CUDA_SUCCESS) policy->contexts.insert(key, *charge);
-  if (charge && rc == CUDA_SUCCESS) policy->release(static_cast<int>(charge->device), charge->bytes);
   return rc;
 }
 
@@ -85,11 +74,11 @@ CUresult HookBody<HookId::cuCtxCreate_v4>::call(PFN_cuCtxCreate_v12050 real, CUc
 }
 
 CUresult HookBody<HookId::cuCtxDestroy_v2>::call(PFN_cuCtxDestroy_v4000 real, CUcontext ctx) noexcept {
-  return destroyed_context(ctx, [&] { return real(ctx); });
+  return uncharged(&MemoryPolicy::contexts, ctx, [&] { return real(ctx); });
 }
 
 CUresult HookBody<HookId::cuCtxDestroy>::call(PFN_cuCtxDestroy_v2000 real, CUcontext ctx) noexcept {
-  return destroyed_context(ctx, [&] { return real(ctx); });
+  return uncharged(&MemoryPolicy::contexts, ctx, [&] { return real(ctx); });
 }
 
 CUresult HookBody<HookId::cuDevicePrimaryCtxRetain>::call(PFN_cuDevicePrimaryCtxRetain_v7000 real,

@@ -9,9 +9,8 @@
 #include <limits>
 #include <utility>
 
+#include "charge_records.h"
 #include "hook_bodies.h"
-#include "memory_policy.h"
-#include "memory_pools.h"
 #include "shim_runtime.h"
 
 namespace fracgpu::shim {
@@ -33,49 +32,6 @@ CUresult charged(const char* api, AllocationTable MemoryPolicy::*table, uint64_t
   policy->remember(table, key, {static_cast<uint32_t>(device.index), bytes, 0});
   return rc;
 }
-
-template <typename Key>
-uint64_t key_of(Key key) {
-  if constexpr (std::is_pointer_v<Key>) return reinterpret_cast<uintptr_t>(key);
-  else return static_cast<uint64_t>(key);
-}
-
-// Frees: the row is taken out *before* the driver frees, so that another thread that
-// gets the same address back at once cannot have its fresh row removed by us; if the
-// driver refuses, the row goes back.
-template <typename Key, typename Call>
-CUresult uncharged(AllocationTable MemoryPolicy::*table, Key key, Call&& call) {
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
-  auto charge = (policy->*table).erase(key_of(key));
-  CUresult rc = call();
-  if (charge && rc != CUDA_SUCCESS) (policy->*table).insert(key_of(key), *charge);
-  if (charge && rc == CUDA_SUCCESS) policy->release(static_cast<int>(charge->device), charge->bytes);
-  return rc;
-}
-
-}  // namespace
-
-// cuMemFree (and cuMemFreeAsync) accept allocations of either kind.
-template <typename Call>
-CUresult free_any_device_memory(CUdeviceptr ptr, Call&& call) {
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
-  auto plain = policy->device_memory.erase(ptr);
-  auto pooled = plain ? std::nullopt : policy->async_memory.erase(ptr);
-  CUresult rc = call();
-  if (rc != CUDA_SUCCESS) {
-    if (plain) policy->device_memory.insert(ptr, *plain);
-    if (pooled) policy->async_memory.insert(ptr, *pooled);
-  } else if (plain) {
-    policy->release(static_cast<int>(plain->device), plain->bytes);
-  } else if (pooled && !MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
-    policy->release(static_cast<int>(pooled->device), pooled->bytes);  // its pool is already destroyed
-  }
-  return rc;
-}
-
-namespace {
 
 uint64_t element_bytes(CUarray_format format) {
   switch (format) {
@@ -122,6 +78,18 @@ void correct_array_charge(Handle handle, Requirements query) {
 }  // namespace
 
 using Result = std::pair<CUresult, uint64_t>;
+
+// Charges an array's estimated size, then corrects the charge to the driver's own figure.
+template <typename Handle, typename Requirements, typename Call>
+CUresult created_array(const char* api, Handle* array, uint64_t bytes, Requirements DriverCalls::*query,
+                       Call&& call) {
+  CUresult rc = charged(api, &MemoryPolicy::arrays, bytes, [&] {
+    CUresult r = call();
+    return Result{r, array ? key_of(*array) : 0};
+  });
+  if (rc == CUDA_SUCCESS && MemoryPolicy::active()) correct_array_charge(*array, MemoryPolicy::active()->driver().*query);
+  return rc;
+}
 
 CUresult HookBody<HookId::cuMemAlloc_v2>::call(PFN_cuMemAlloc_v3020 real, CUdeviceptr* dptr, size_t bytes) noexcept {
   return charged("cuMemAlloc", &MemoryPolicy::device_memory, bytes,
@@ -257,27 +225,15 @@ CUresult HookBody<HookId::cuMemCreate>::call(PFN_cuMemCreate_v10020 real, CUmemG
 CUresult HookBody<HookId::cuArrayCreate_v2>::call(PFN_cuArrayCreate_v3020 real, CUarray* array,
                                                   const CUDA_ARRAY_DESCRIPTOR* desc) noexcept {
   const uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels) : 0;
-  CUresult rc = charged("cuArrayCreate", &MemoryPolicy::arrays, bytes, [&] {
-    CUresult r = real(array, desc);
-    return Result{r, array ? key_of(*array) : 0};
-  });
-  if (rc == CUDA_SUCCESS && MemoryPolicy::active()) {
-    correct_array_charge(*array, MemoryPolicy::active()->driver().cuArrayGetMemoryRequirements);
-  }
-  return rc;
+  return created_array("cuArrayCreate", array, bytes, &DriverCalls::cuArrayGetMemoryRequirements,
+                       [&] { return real(array, desc); });
 }
 
 CUresult HookBody<HookId::cuArray3DCreate_v2>::call(PFN_cuArray3DCreate_v3020 real, CUarray* array,
                                                     const CUDA_ARRAY3D_DESCRIPTOR* desc) noexcept {
   const uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels) : 0;
-  CUresult rc = charged("cuArray3DCreate", &MemoryPolicy::arrays, bytes, [&] {
-    CUresult r = real(array, desc);
-    return Result{r, array ? key_of(*array) : 0};
-  });
-  if (rc == CUDA_SUCCESS && MemoryPolicy::active()) {
-    correct_array_charge(*array, MemoryPolicy::active()->driver().cuArrayGetMemoryRequirements);
-  }
-  return rc;
+  return created_array("cuArray3DCreate", array, bytes, &DriverCalls::cuArrayGetMemoryRequirements,
+                       [&] { return real(array, desc); });
 }
 
 CUresult HookBody<HookId::cuArrayDestroy>::call(PFN_cuArrayDestroy_v2000 real, CUarray array) noexcept {
@@ -289,14 +245,8 @@ CUresult HookBody<HookId::cuMipmappedArrayCreate>::call(PFN_cuMipmappedArrayCrea
                                                         const CUDA_ARRAY3D_DESCRIPTOR* desc,
                                                         unsigned int levels) noexcept {
   const uint64_t bytes = desc ? mipmap_bytes(*desc, levels) : 0;
-  CUresult rc = charged("cuMipmappedArrayCreate", &MemoryPolicy::arrays, bytes, [&] {
-    CUresult r = real(array, desc, levels);
-    return Result{r, array ? key_of(*array) : 0};
-  });
-  if (rc == CUDA_SUCCESS && MemoryPolicy::active()) {
-    correct_array_charge(*array, MemoryPolicy::active()->driver().cuMipmappedArrayGetMemoryRequirements);
-  }
-  return rc;
+  return created_array("cuMipmappedArrayCreate", array, bytes, &DriverCalls::cuMipmappedArrayGetMemoryRequirements,
+                       [&] { return real(array, desc, levels); });
 }
 
 CUresult HookBody<HookId::cuMipmappedArrayDestroy>::call(PFN_cuMipmappedArrayDestroy_v5000 real,

@@ -15,20 +15,18 @@ MemoryPools& MemoryPools::instance() {
 
 CUresult MemoryPools::reserve(MemoryPolicy& policy, const TenantDevice& device, CUmemoryPool pool,
                               uint64_t size, uint64_t* charged_now) {
+  int index = -1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     PoolCharge& charge = pools_[pool];
     if (charge.device_index < 0) charge.device_index = device.index;  // a pool lives on one device
+    index = charge.device_index;
     const uint64_t wanted = charge.live + size;
     *charged_now = wanted > charge.charged ? wanted - charge.charged : 0;
     charge.live += size;  // claimed now so that racing threads cannot share the same cache
     charge.charged += *charged_now;
   }
   if (*charged_now == 0) return CUDA_SUCCESS;
-  const int index = [&] {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return pools_[pool].device_index;
-  }();
   CUresult rc = policy.reserve(TenantDevice{device.ordinal, index}, *charged_now, "cuMemAllocAsync");
   if (rc != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> lock(mutex_);

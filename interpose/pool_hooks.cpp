@@ -2,6 +2,7 @@
 // charge model lives in MemoryPools; these bodies find the pool an allocation comes
 // from (the device's current pool, or the one named) and keep the per-pointer record
 // that a later free — stream-ordered or not — settles.
+#include "charge_records.h"
 #include "hook_bodies.h"
 #include "memory_policy.h"
 #include "memory_pools.h"
@@ -45,26 +46,6 @@ CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CU
   return rc;
 }
 
-// Rows are taken out before the driver frees (an address reused at once by another
-// thread keeps its own row) and put back if the driver refuses.
-template <typename Call>
-CUresult pooled_free(CUdeviceptr ptr, Call&& call) {
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
-  auto pooled = policy->async_memory.erase(ptr);
-  auto plain = pooled ? std::nullopt : policy->device_memory.erase(ptr);  // cuMemAlloc memory, freed stream-ordered
-  CUresult rc = call();
-  if (rc != CUDA_SUCCESS) {
-    if (pooled) policy->async_memory.insert(ptr, *pooled);
-    if (plain) policy->device_memory.insert(ptr, *plain);
-  } else if (pooled && !MemoryPools::instance().freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
-    policy->release(static_cast<int>(pooled->device), pooled->bytes);  // its pool was destroyed meanwhile
-  } else if (plain) {
-    policy->release(static_cast<int>(plain->device), plain->bytes);
-  }
-  return rc;
-}
-
 }  // namespace
 
 CUresult HookBody<HookId::cuMemAllocAsync>::call(PFN_cuMemAllocAsync_v11020 real, CUdeviceptr* dptr,
@@ -91,12 +72,12 @@ CUresult HookBody<HookId::cuMemAllocFromPoolAsync_ptsz>::call(PFN_cuMemAllocFrom
 
 CUresult HookBody<HookId::cuMemFreeAsync>::call(PFN_cuMemFreeAsync_v11020 real, CUdeviceptr ptr,
                                                 CUstream stream) noexcept {
-  return pooled_free(ptr, [&] { return real(ptr, stream); });
+  return free_any_device_memory(ptr, [&] { return real(ptr, stream); });
 }
 
 CUresult HookBody<HookId::cuMemFreeAsync_ptsz>::call(PFN_cuMemFreeAsync_v11020_ptsz real, CUdeviceptr ptr,
                                                      CUstream stream) noexcept {
-  return pooled_free(ptr, [&] { return real(ptr, stream); });
+  return free_any_device_memory(ptr, [&] { return real(ptr, stream); });
 }
 
 CUresult HookBody<HookId::cuMemPoolTrimTo>::call(PFN_cuMemPoolTrimTo_v11020 real, CUmemoryPool pool,
