@@ -5,6 +5,7 @@
 // context is charged when this process first retains it on a device and returned when
 // its last retain is released or it is reset.
 #include "charge_records.h"
+#include "compute_policy.h"
 #include "hook_bodies.h"
 #include "memory_policy.h"
 
@@ -74,10 +75,12 @@ CUresult HookBody<HookId::cuCtxCreate_v4>::call(PFN_cuCtxCreate_v12050 real, CUc
 }
 
 CUresult HookBody<HookId::cuCtxDestroy_v2>::call(PFN_cuCtxDestroy_v4000 real, CUcontext ctx) noexcept {
+  if (ComputePolicy* compute = ComputePolicy::active()) compute->forget_context(ctx);
   return uncharged(&MemoryPolicy::contexts, ctx, [&] { return real(ctx); });
 }
 
 CUresult HookBody<HookId::cuCtxDestroy>::call(PFN_cuCtxDestroy_v2000 real, CUcontext ctx) noexcept {
+  if (ComputePolicy* compute = ComputePolicy::active()) compute->forget_context(ctx);
   return uncharged(&MemoryPolicy::contexts, ctx, [&] { return real(ctx); });
 }
 

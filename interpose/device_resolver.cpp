@@ -20,6 +20,23 @@ void resolve_driver_calls(void* driver, DriverCalls* calls) {
   get("cuArrayGetMemoryRequirements", &calls->cuArrayGetMemoryRequirements);
   get("cuMipmappedArrayGetMemoryRequirements", &calls->cuMipmappedArrayGetMemoryRequirements);
   get("cuStreamGetDevice", &calls->cuStreamGetDevice);
+  get("cuCtxPushCurrent_v2", &calls->cuCtxPushCurrent);
+  get("cuCtxPopCurrent_v2", &calls->cuCtxPopCurrent);
+  get("cuCtxSynchronize", &calls->cuCtxSynchronize);
+}
+
+void resolve_fence_ops(void* driver, FenceOps* ops) {
+  auto get = [driver](const char* name, auto* slot) {
+    *slot = reinterpret_cast<std::remove_reference_t<decltype(*slot)>>(driver ? dlsym(driver, name) : nullptr);
+  };
+  get("cuCtxGetCurrent", &ops->ctx_get_current);
+  get("cuEventCreate", &ops->event_create);
+  get("cuEventRecord", &ops->event_record);
+  get("cuEventQuery", &ops->event_query);
+  get("cuEventSynchronize", &ops->event_synchronize);
+  get("cuEventElapsedTime", &ops->event_elapsed);
+  get("cuEventDestroy_v2", &ops->event_destroy);
+  get("cuStreamIsCapturing", &ops->stream_is_capturing);
 }
 
 void DeviceResolver::init(const DriverCalls* calls, const TenantQuota* quota) {

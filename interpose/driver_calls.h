@@ -8,6 +8,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "core/inflight_limiter.h"
+
 namespace fracgpu::shim {
 
 struct DriverCalls {
@@ -19,8 +21,13 @@ struct DriverCalls {
   PFN_cuArrayGetMemoryRequirements_v11060 cuArrayGetMemoryRequirements = nullptr;
   PFN_cuMipmappedArrayGetMemoryRequirements_v11060 cuMipmappedArrayGetMemoryRequirements = nullptr;
   PFN_cuStreamGetDevice_v12080 cuStreamGetDevice = nullptr;
+  // Compute scheduling: draining a context at the end of a slice.
+  PFN_cuCtxPushCurrent_v4000 cuCtxPushCurrent = nullptr;
+  PFN_cuCtxPopCurrent_v4000 cuCtxPopCurrent = nullptr;
+  PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
 };
 
 void resolve_driver_calls(void* driver_handle, DriverCalls* calls);
+void resolve_fence_ops(void* driver_handle, FenceOps* ops);
 
 }  // namespace fracgpu::shim

@@ -87,3 +87,6 @@ FRACGPU_DECLARE_BODY(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)
 #undef FRACGPU_DECLARE_BODY
 
 }  // namespace fracgpu::shim
+
+// launch_hooks.h: the gated hooks (kernel launches, graphs, asynchronous copies/sets).
+#include "launch_hooks.h"

@@ -10,6 +10,7 @@
 #include "core/hook_stats.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
+#include "compute_policy.h"
 #include "memory_policy.h"
 
 namespace fracgpu::shim {
@@ -37,7 +38,10 @@ void resolve_hooked_functions(void* driver) noexcept {
 // isolation promise to everyone else on the GPU.
 void join_tenant(ShimState* s, void* driver) noexcept {
   std::string error;
-  if (MemoryPolicy::start(s->config.socket_path, s->config.socket_explicit, driver, &error)) return;
+  if (MemoryPolicy::start(s->config.socket_path, s->config.socket_explicit, driver, &error)) {
+    if (MemoryPolicy* memory = MemoryPolicy::active()) ComputePolicy::start(*memory, driver);
+    return;
+  }
   FRACGPU_LOG(LogLevel::kError,
               "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
               "until the broker runs",

@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout 1.1).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.2).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -33,6 +33,20 @@
 //    re-reads memory_grant and undoes the reservation if u+n no longer fits (all
 //    seq_cst): either the broker sees the new used or the process sees the new grant.
 //  * DeviceUsage.oom_events is counted by the processes, burst_requests by the broker.
+//
+// Compute scheduling (minor 2; docs/design.md "Compute scheduling"):
+//  * DeviceQuota.grant_word (broker-written, a futex word): bit 0 = the tenant may
+//    launch on this GPU, bit 1 = ring the doorbell on the first launch of this epoch
+//    (the broker believes the tenant idle), bits 2..31 = epoch, bumped by the broker
+//    on every change. A launch reads it once; while it equals what the process saw
+//    last, nothing else happens. Waiters FUTEX_WAIT on it; the broker FUTEX_WAKEs.
+//  * SlotSchedule.launched_epoch: the process stores the epoch before its first launch
+//    in an epoch and then re-reads grant_word (seq_cst): either the broker, reading the
+//    slots after publishing a revoke, sees the store, or the process sees the revoke.
+//  * SlotSchedule.drained_epoch: after a revoke the process synchronises the contexts
+//    it launched into and stores the revoke's epoch; the broker hands the GPU on when
+//    every live slot that launched during the grant has drained (or died).
+//  * DeviceUsage.waiting counts threads blocked at the gate (a hint for the broker).
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -45,7 +59,7 @@ namespace fracgpu {
 inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" (LE, truncated)
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;  // incompatible layout change
-inline constexpr uint16_t kSegmentMinor = 1;  // compatible addition (uses reserved space); 1: op_seq
+inline constexpr uint16_t kSegmentMinor = 2;  // compatible addition; 1: op_seq, 2: compute grants
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -71,9 +85,19 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint32_t> compute_weight;     // relative share under contention (1..10000)
   std::atomic<uint32_t> compute_ceiling_pct;  // 0 = no ceiling, else 1..100
   std::atomic<uint32_t> priority;             // PriorityClass
+  std::atomic<uint32_t> grant_word;           // minor 2: see "Compute scheduling" above
+  std::atomic<uint32_t> inflight_limit_us;    // minor 2: GPU time a process may keep queued; 0 = no bound
   uint32_t reserved32;
-  uint64_t reserved[8];  // room for compatible additions (minor version)
+  uint64_t reserved[7];  // room for compatible additions (minor version)
 };
+
+inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
+inline constexpr uint32_t kGrantNotify = 2u;   // grant_word bit 1
+inline constexpr uint32_t kGrantEpochShift = 2;
+inline constexpr uint32_t grant_epoch(uint32_t word) { return word >> kGrantEpochShift; }
+inline constexpr uint32_t make_grant_word(uint32_t epoch, bool granted, bool notify) {
+  return (epoch << kGrantEpochShift) | (granted ? kGrantGranted : 0u) | (notify ? kGrantNotify : 0u);
+}
 
 struct TenantQuota {
   uint64_t magic;  // kQuotaMagic
@@ -94,7 +118,9 @@ struct alignas(64) DeviceUsage {
   std::atomic<uint64_t> peak;            // high-water mark of used
   std::atomic<uint64_t> oom_events;      // allocations refused at the cap
   std::atomic<uint64_t> burst_requests;  // slow-path requests sent to the broker
-  uint64_t reserved[4];
+  std::atomic<uint32_t> waiting;         // minor 2: threads blocked at the launch gate
+  uint32_t reserved32;
+  uint64_t reserved[3];
 };
 
 // One registered process. pid/start_time/state are written by the broker (pid from
@@ -107,6 +133,12 @@ struct alignas(64) ProcessSlot {
   std::atomic<uint64_t> op_seq;  // odd while a reserve/release is in progress (minor 1)
 };
 
+// Minor 2: one process's scheduling handshake on one GPU (written by the process).
+struct SlotSchedule {
+  std::atomic<uint32_t> launched_epoch;  // last grant epoch in which it launched
+  std::atomic<uint32_t> drained_epoch;   // last revoke epoch it has drained for
+};
+
 struct TenantLedger {
   uint64_t magic;  // kLedgerMagic
   uint16_t major;
@@ -115,6 +147,7 @@ struct TenantLedger {
   uint64_t reserved[5];
   DeviceUsage devices[kMaxDevices];
   ProcessSlot processes[kMaxProcesses];
+  SlotSchedule schedule[kMaxProcesses][kMaxDevices];  // minor 2 (appended)
 };
 
 static_assert(sizeof(DeviceQuota) == 192);
@@ -127,7 +160,12 @@ static_assert(sizeof(ProcessSlot) == 192);
 static_assert(offsetof(ProcessSlot, op_seq) == 144);
 static_assert(offsetof(TenantLedger, devices) == 64);
 static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
-static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
+static_assert(offsetof(DeviceQuota, grant_word) == 100);
+static_assert(offsetof(DeviceQuota, inflight_limit_us) == 104);
+static_assert(offsetof(DeviceUsage, waiting) == 32);
+static_assert(sizeof(SlotSchedule) == 8);
+static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
+static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 8);
 
 // A mapping is usable when magic and major match and it is at least as large as we expect.
 inline bool quota_layout_ok(const TenantQuota& q, std::size_t mapped) {

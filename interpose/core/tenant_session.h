@@ -33,6 +33,8 @@ class TenantSession {
     return attached() ? device_memory_view(*quota_, *ledger_map_, uuid) : std::nullopt;
   }
   uint32_t slot() const { return slot_; }
+  const std::string& directory() const { return directory_; }
+  TenantLedger* ledger_map() { return ledger_map_; }
 
   // In a child after fork(): drop the parent's connection; the child registers as a
   // process of its own (with its own slot) before its first allocation.

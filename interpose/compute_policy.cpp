@@ -1,0 +1,141 @@
+// Lazy set-up, slow paths and the drainer threads of the compute policy (see
+// compute_policy.h).
+#include "compute_policy.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "core/shim_log.h"
+
+namespace fracgpu::shim {
+namespace {
+
+constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
+
+struct CaptureQuery {
+  const FenceOps* ops;
+  CUstream stream;
+};
+
+bool stream_capturing(void* context) noexcept {
+  auto* query = static_cast<CaptureQuery*>(context);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (query->ops->stream_is_capturing == nullptr) return false;
+  return query->ops->stream_is_capturing(query->stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+}  // namespace
+
+void ComputePolicy::start(MemoryPolicy& memory, void* driver) {
+  auto* policy = new ComputePolicy(memory);
+  resolve_fence_ops(driver, &policy->fence_ops_);
+  policy->ctx_get_current_ = policy->fence_ops_.ctx_get_current;
+  const std::string& dir = memory.session().directory();
+  policy->doorbell_.set_path(dir + "/doorbell");
+  for (auto& gpu : policy->gpus_) gpu.limiter.init(&policy->fence_ops_);
+  if (!policy->fence_ops_.complete())
+    FRACGPU_LOG(LogLevel::kWarn, "the CUDA driver lacks event functions; GPU work in flight is not bounded");
+  instance_ = policy;
+  pthread_atfork(nullptr, nullptr, [] { instance_->after_fork_in_child(); });
+}
+
+// First launch on a GPU: bind the gate to this process's slot and start the drainer.
+void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
+  std::lock_guard<std::mutex> lock(prepare_mutex_);
+  if (gpu.ready.load(std::memory_order_relaxed)) return;
+  TenantSession& session = memory_.session();
+  gpu.index = index;
+  gpu.owner = this;
+  gpu.gate.bind(&session.quota()->devices[index], &session.ledger_map()->devices[index],
+                &session.ledger_map()->schedule[session.slot()][index], &doorbell_);
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  if (pthread_create(&thread, &attr, &ComputePolicy::drainer_main, &gpu) != 0)
+    FRACGPU_LOG(LogLevel::kWarn, "cannot start the drainer thread; slice handoffs will wait for the broker's timeout");
+  pthread_attr_destroy(&attr);
+  gpu.ready.store(true, std::memory_order_release);
+}
+
+void ComputePolicy::note_context(GpuCompute& gpu) noexcept {
+  CUcontext ctx = nullptr;
+  if (ctx_get_current_ == nullptr || ctx_get_current_(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
+  if (std::find(gpu.contexts.begin(), gpu.contexts.end(), ctx) == gpu.contexts.end()) gpu.contexts.push_back(ctx);
+}
+
+void ComputePolicy::pass_slow(GpuCompute& gpu, int index, CUstream stream) noexcept {
+  TenantSession& session = memory_.session();
+  if (session.needs_registration()) {  // a forked child gets its own slot first
+    std::string error;
+    if (!session.register_forked_child(&error)) {
+      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4, "cannot register this forked process (%s); launching unscheduled",
+                         error.c_str());
+      return;
+    }
+  }
+  if (!gpu.ready.load(std::memory_order_acquire)) prepare(gpu, index);
+  note_context(gpu);
+  CaptureQuery query{&fence_ops_, stream};
+  bool new_epoch = false;
+  gpu.gate.pass_slow(&stream_capturing, &query, &new_epoch);
+  if (new_epoch) gpu.limiter.limit_changed();
+}
+
+// Synchronises every context this process launched into on the GPU since the last drain.
+void ComputePolicy::drain(GpuCompute& gpu) noexcept {
+  std::vector<CUcontext> contexts;
+  {
+    std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
+    contexts.swap(gpu.contexts);
+  }
+  const DriverCalls& calls = memory_.driver();
+  if (calls.cuCtxPushCurrent == nullptr || calls.cuCtxPopCurrent == nullptr || calls.cuCtxSynchronize == nullptr) return;
+  for (CUcontext ctx : contexts) {
+    if (calls.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) continue;  // destroyed meanwhile
+    calls.cuCtxSynchronize();  // errors are the application's to see on its own calls
+    CUcontext popped = nullptr;
+    calls.cuCtxPopCurrent(&popped);
+  }
+}
+
+void* ComputePolicy::drainer_main(void* arg) noexcept {
+  auto& gpu = *static_cast<GpuCompute*>(arg);
+  uint32_t seen = 0;  // forces a look at the current word first
+  for (;;) {
+    const uint32_t word = gpu.gate.wait_for_change(seen, kDrainerIdleWaitNs);
+    if (word == seen) continue;
+    seen = word;
+    if ((word & kGrantGranted) != 0) continue;
+    gpu.owner->drain(gpu);
+    gpu.gate.report_drained(grant_epoch(word));
+  }
+  return nullptr;
+}
+
+void ComputePolicy::forget_context(CUcontext ctx) noexcept {
+  for (auto& gpu : gpus_) {
+    if (!gpu.ready.load(std::memory_order_acquire)) continue;
+    gpu.limiter.forget_context(ctx);
+    std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
+    gpu.contexts.erase(std::remove(gpu.contexts.begin(), gpu.contexts.end(), ctx), gpu.contexts.end());
+  }
+}
+
+// The child of fork() has no drainer threads and a slot of its own (registered at its
+// first launch or allocation): every GPU starts again from scratch.
+void ComputePolicy::after_fork_in_child() noexcept {
+  new (&prepare_mutex_) std::mutex();
+  for (auto& gpu : gpus_) {
+    new (&gpu.contexts_mutex) std::mutex();
+    gpu.contexts.clear();
+    gpu.limiter.reset_after_fork();
+    gpu.ready.store(false, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace fracgpu::shim

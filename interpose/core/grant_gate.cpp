@@ -1,0 +1,96 @@
+// The launch gate's slow paths (see grant_gate.h).
+#include "grant_gate.h"
+
+#include <time.h>
+
+#include "fracgpu/futex_word.h"
+#include "shim_log.h"
+
+namespace fracgpu {
+namespace {
+
+constexpr int64_t kWaitSliceNs = 50'000'000;  // re-check the broker's liveness this often
+constexpr int64_t kReringNs = 200'000'000;    // ring again while still waiting (lost datagram, new broker)
+
+int64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+// Records "launched in this epoch" and re-reads the word: if the broker revoked in
+// between, the launch must wait after all. Returns true when the word still holds.
+bool GrantGate::acknowledge(uint32_t word) noexcept {
+  slot_->launched_epoch.store(grant_epoch(word), std::memory_order_seq_cst);
+  if (quota_->grant_word.load(std::memory_order_seq_cst) != word) return false;
+  seen_.store(word, std::memory_order_relaxed);
+  if ((word & kGrantNotify) != 0) doorbell_->ring();
+  return true;
+}
+
+void GrantGate::pass_slow(CaptureProbe probe, void* probe_context, bool* new_epoch) noexcept {
+  for (;;) {
+    const uint32_t word = quota_->grant_word.load(std::memory_order_acquire);
+    if (word == seen_.load(std::memory_order_relaxed)) return;
+    if ((word & kGrantGranted) != 0) {
+      if (acknowledge(word)) {
+        *new_epoch = true;
+        return;
+      }
+      continue;
+    }
+    if (probe != nullptr && probe(probe_context)) return;  // captured, not executed: never gated
+    if (!wait_for_grant(word)) {
+      // Broker gone: pass while the word stays as it left it; a new broker's first
+      // publication brings the gate back.
+      seen_.store(word, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+bool GrantGate::wait_for_grant(uint32_t word) noexcept {
+  usage_->waiting.fetch_add(1, std::memory_order_seq_cst);
+  bool reachable = doorbell_->ring();
+  int64_t now = monotonic_ns();
+  int64_t last_ring = now;
+  int64_t unreachable_since = reachable ? 0 : now;
+  while ((word & kGrantGranted) == 0) {
+    futex_wait_for(quota_->grant_word, word, kWaitSliceNs);
+    word = quota_->grant_word.load(std::memory_order_acquire);
+    if ((word & kGrantGranted) != 0) break;
+    now = monotonic_ns();
+    if (now - last_ring >= kReringNs) {
+      last_ring = now;
+      reachable = doorbell_->ring();
+      if (reachable) unreachable_since = 0;
+      else if (unreachable_since == 0) unreachable_since = now;
+    }
+    if (unreachable_since != 0 && now - unreachable_since >= kBrokerGoneNs) {
+      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
+                         "the fracgpu broker does not answer at %s; launching without a compute grant",
+                         doorbell_->path().c_str());
+      break;
+    }
+  }
+  usage_->waiting.fetch_sub(1, std::memory_order_seq_cst);
+  return (word & kGrantGranted) != 0;
+}
+
+uint32_t GrantGate::wait_for_change(uint32_t seen, int64_t timeout_ns) const noexcept {
+  uint32_t word = quota_->grant_word.load(std::memory_order_acquire);
+  if (word == seen) {
+    futex_wait_for(quota_->grant_word, seen, timeout_ns);
+    word = quota_->grant_word.load(std::memory_order_acquire);
+  }
+  return word;
+}
+
+void GrantGate::report_drained(uint32_t epoch) noexcept {
+  slot_->drained_epoch.store(epoch, std::memory_order_seq_cst);
+  doorbell_->ring();
+}
+
+}  // namespace fracgpu
