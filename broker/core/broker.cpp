@@ -89,13 +89,16 @@ Status Broker::start() {
     if (auto s = open_tenant_socket(*t); !s) spdlog::error("tenant {}: {}", t->spec.name, s.error());
     adopt_processes(*t);
   }
+  compute_ = std::make_unique<ComputeService>(loop_, options_.compute);
+  if (auto s = compute_->start(); !s) return s;
+  compute_->sync(*registry_);
   admin_ = std::make_unique<AdminServer>(loop_, *this, ::geteuid());
   if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / protocol::kAdminSocketName); !s) return s;
   loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
   if (!options_.metrics_listen.empty()) {
-    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] { return metrics_text(*registry_); });
+    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] { return metrics_text(*registry_, compute_.get()); });
     if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
   }
   return {};
@@ -131,11 +134,13 @@ void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid)
   Tenant* tenant = registry_->find(name);
   if (tenant == nullptr) return;
   reconciler_->process_died(*tenant, slot);
+  if (compute_) compute_->poke();  // a holder that died has nothing left to drain
   spdlog::info("tenant {}: pid {} (slot {}) exited; memory reclaimed", name, pid, slot);
 }
 
 void Broker::maintenance_tick() {
   reconciler_->tick();
+  compute_->poke();  // a safety net: every change also rings a doorbell
   if (++ticks_ % 10 == 0) {
     const auto members = registry_->arbiter_members();
     arbiter_.reclaim(members);
@@ -150,13 +155,15 @@ Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) 
     (void)registry_->remove(name);
     return Result<nlohmann::json>::failure(s.error());
   }
-  return tenant_status_json(**tenant);
+  compute_->sync(*registry_);
+  return tenant_status_json(**tenant, compute_.get());
 }
 
 Result<nlohmann::json> Broker::update_tenant(const nlohmann::json& tenant_json) {
   auto tenant = registry_->update(tenant_json);
   if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
-  return tenant_status_json(**tenant);
+  compute_->sync(*registry_);  // new weights, ceilings and classes apply at once
+  return tenant_status_json(**tenant, compute_.get());
 }
 
 Status Broker::delete_tenant(const std::string& name) {
@@ -168,12 +175,13 @@ Status Broker::delete_tenant(const std::string& name) {
   }
   tracker_->forget_tenant(name);
   reconciler_->forget(name);
+  compute_->sync(*registry_);
   return {};
 }
 
 nlohmann::json Broker::list_tenants() {
   nlohmann::json list = nlohmann::json::array();
-  for (Tenant* t : registry_->all()) list.push_back(tenant_status_json(*t));
+  for (Tenant* t : registry_->all()) list.push_back(tenant_status_json(*t, compute_.get()));
   return list;
 }
 
@@ -194,6 +202,7 @@ void Broker::shutdown() {
   admin_.reset();
   for (auto& [name, server] : tenant_servers_) server->shutdown(true);
   tenant_servers_.clear();
+  compute_.reset();
   tracker_.reset();
 }
 

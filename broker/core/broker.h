@@ -11,6 +11,7 @@
 #include <string>
 
 #include "admin_server.h"
+#include "compute_service.h"
 #include "broker_options.h"
 #include "event_loop.h"
 #include "gpu_inventory.h"
@@ -60,6 +61,7 @@ class Broker : public AdminBackend {
   std::unique_ptr<LedgerReconciler> reconciler_;
   std::unique_ptr<AdminServer> admin_;
   std::map<std::string, std::unique_ptr<TenantSocketServer>, std::less<>> tenant_servers_;
+  std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<MetricsServer> metrics_;
   int lock_fd_ = -1;
   unsigned ticks_ = 0;

@@ -26,6 +26,20 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "Bytes charged per CUDA context: auto (measured at start) or a SIZE");
   app.add_option("--metrics-listen", o.metrics_listen, "Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9400)");
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off");
+  app.add_option("--slice-ms", o.slice_ms, "Compute time slice under contention, ms (default 20)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--high-inflight-us", o.high_inflight_us,
+                 "GPU work (us) other tenants may keep queued while a high-priority tenant is active (default 500)")
+      ->check(CLI::Range(50, 100000));
+  app.add_option("--contended-inflight-us", o.contended_inflight_us,
+                 "GPU work (us) a tenant may keep queued while others wait for the GPU (default 4000)")
+      ->check(CLI::Range(100, 1000000));
+  app.add_option("--low-starvation-ms", o.low_starvation_ms,
+                 "A low-priority tenant waiting this long gets the next slice (default 2000)")
+      ->check(CLI::Range(10, 600000));
+  app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
+                 "Hand the GPU on after this long even if a revoked tenant has not drained (default 1000)")
+      ->check(CLI::Range(10, 600000));
   app.add_option("--ready-fd", o.ready_fd, "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
 }
@@ -44,6 +58,11 @@ Status resolve_broker_options(BrokerOptions& o) {
     if (!footprint) return Status::failure(footprint.error() + " (or use auto)");
     o.footprint_bytes = *footprint;
   }
+  o.compute.slice_ns = int64_t{o.slice_ms} * 1'000'000;
+  o.compute.high_inflight_us = static_cast<uint32_t>(o.high_inflight_us);
+  o.compute.contended_inflight_us = static_cast<uint32_t>(o.contended_inflight_us);
+  o.compute.low_starvation_ns = int64_t{o.low_starvation_ms} * 1'000'000;
+  o.compute.drain_timeout_ns = int64_t{o.drain_timeout_ms} * 1'000'000;
   if (!o.metrics_listen.empty()) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());

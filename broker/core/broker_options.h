@@ -10,6 +10,8 @@
 
 #include "result.h"
 
+#include "gpu_scheduler.h"
+
 namespace CLI {
 class App;
 }
@@ -25,10 +27,17 @@ struct BrokerOptions {
   std::string metrics_listen;            // ADDR:PORT, empty = off
   std::string log_level = "info";
   int ready_fd = -1;  // written to (one byte) and closed once the broker serves
+  // Compute scheduling (docs/configuration.md, "Compute shares").
+  int slice_ms = 20;
+  int high_inflight_us = 500;
+  int contended_inflight_us = 4000;
+  int low_starvation_ms = 2000;
+  int drain_timeout_ms = 1000;
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;
   std::optional<uint64_t> footprint_bytes;
+  ComputeConfig compute;
 };
 
 // Adds the broker flags to `app`. `with_run_dir` is false for `fracgpu broker`, whose

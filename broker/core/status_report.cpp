@@ -58,11 +58,20 @@ nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve) {
   return list;
 }
 
-nlohmann::json tenant_status_json(Tenant& tenant) {
+nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute) {
   nlohmann::json j = tenant_spec_to_json(tenant.spec);
   nlohmann::json devices = nlohmann::json::array();
   for (std::size_t i = 0; i < tenant.spec.devices.size() && i < kMaxDevices; ++i) {
-    devices.push_back(device_status(tenant.spec.devices[i], tenant.quota().devices[i], tenant.ledger().devices[i]));
+    const DeviceSpec& spec = tenant.spec.devices[i];
+    nlohmann::json d = device_status(spec, tenant.quota().devices[i], tenant.ledger().devices[i]);
+    if (compute != nullptr) {
+      if (auto c = compute->status(tenant.spec.name, spec.gpu)) {
+        d["compute_state"] = c->state;
+        d["compute_measured_share"] = c->measured_share;
+        d["compute_gpu_seconds"] = c->gpu_seconds;
+      }
+    }
+    devices.push_back(std::move(d));
   }
   j["devices"] = std::move(devices);
   j["socket"] = tenant.socket_path().string();
@@ -71,7 +80,30 @@ nlohmann::json tenant_status_json(Tenant& tenant) {
   return j;
 }
 
-std::string metrics_text(TenantRegistry& registry) {
+// Compute gauges and counters per tenant and GPU (absent without a scheduler).
+static void compute_metrics(std::ostringstream& out, TenantRegistry& registry, const ComputeService& compute) {
+  out << "# HELP fracgpu_compute_weight Compute share weight of the tenant on the GPU.\n"
+         "# TYPE fracgpu_compute_weight gauge\n";
+  for (Tenant* t : registry.all())
+    for (const auto& d : t->spec.devices)
+      out << "fracgpu_compute_weight{tenant=\"" << t->spec.name << "\",gpu=\"" << d.gpu << "\"} " << d.compute << '\n';
+  out << "# HELP fracgpu_compute_share Fraction of the GPU's time the tenant held over the last 2 s.\n"
+         "# TYPE fracgpu_compute_share gauge\n";
+  for (Tenant* t : registry.all())
+    for (const auto& d : t->spec.devices)
+      if (auto c = compute.status(t->spec.name, d.gpu))
+        out << "fracgpu_compute_share{tenant=\"" << t->spec.name << "\",gpu=\"" << d.gpu << "\"} " << c->measured_share
+            << '\n';
+  out << "# HELP fracgpu_compute_seconds_total GPU time the tenant held on the GPU.\n"
+         "# TYPE fracgpu_compute_seconds_total counter\n";
+  for (Tenant* t : registry.all())
+    for (const auto& d : t->spec.devices)
+      if (auto c = compute.status(t->spec.name, d.gpu))
+        out << "fracgpu_compute_seconds_total{tenant=\"" << t->spec.name << "\",gpu=\"" << d.gpu << "\"} "
+            << c->gpu_seconds << '\n';
+}
+
+std::string metrics_text(TenantRegistry& registry, const ComputeService* compute) {
   static constexpr Sample kSamples[] = {
       {"fracgpu_memory_limit_bytes", "Hard device-memory cap of the tenant on the GPU.", "gauge"},
       {"fracgpu_memory_request_bytes", "Guaranteed device memory of the tenant on the GPU.", "gauge"},
@@ -110,6 +142,7 @@ std::string metrics_text(TenantRegistry& registry) {
     out << "fracgpu_gpu_memory_total_bytes{gpu=\"" << g.index << "\",uuid=\"" << g.uuid << "\"} " << g.memory_total
         << '\n';
   }
+  if (compute != nullptr) compute_metrics(out, registry, *compute);
   return out.str();
 }
 

@@ -8,15 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_inventory.h"
+#include "compute_service.h"
 #include "tenant_registry.h"
 
 namespace fracgpu::broker {
 
 nlohmann::json gpu_json(const GpuInfo& gpu, uint64_t reserve);
 nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve);
-nlohmann::json tenant_status_json(Tenant& tenant);
+nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute = nullptr);
 
 // Prometheus text format (version 0.0.4) for every tenant and GPU.
-std::string metrics_text(TenantRegistry& registry);
+std::string metrics_text(TenantRegistry& registry, const ComputeService* compute = nullptr);
 
 }  // namespace fracgpu::broker

@@ -74,6 +74,11 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
     }
     dev.uuid = it->get<std::string>();
   }
+  // A high tenant is never made to wait, so a ceiling could not be enforced on it.
+  if (dev.priority == PriorityClass::kHigh && dev.compute_limit != 0) {
+    return Status::failure(where + ": a compute ceiling (compute_limit) cannot be combined with priority \"high\" "
+                           "(high-priority work is never held back); use priority normal with a ceiling");
+  }
   return {};
 }
 

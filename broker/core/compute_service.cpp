@@ -1,0 +1,207 @@
+// Wiring of the compute schedulers to the tenants' shared memory, doorbells and a
+// timer (see compute_service.h).
+#include "compute_service.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "fracgpu/futex_word.h"
+
+namespace fracgpu::broker {
+namespace {
+
+// One tenant on one GPU: its ledger entries read, its grant word written.
+class LedgerPort final : public SchedulingPort {
+ public:
+  LedgerPort(TenantQuota& quota, TenantLedger& ledger, std::size_t index)
+      : quota_(quota.devices[index]), usage_(ledger.devices[index]), ledger_(ledger), index_(index) {}
+
+  uint32_t waiting() const override { return usage_.waiting.load(); }
+  bool launched_since(uint32_t epoch) const override {
+    bool found = false;
+    for_live([&](uint32_t slot) {
+      if (epoch_at_or_after(ledger_.schedule[slot][index_].launched_epoch.load(), epoch)) found = true;
+    });
+    return found;
+  }
+  bool drained(uint32_t first_epoch, uint32_t revoke_epoch) const override {
+    bool all = true;
+    for_live([&](uint32_t slot) {
+      const SlotSchedule& s = ledger_.schedule[slot][index_];
+      const uint32_t launched = s.launched_epoch.load();
+      if (!epoch_at_or_after(launched, first_epoch) || epoch_at_or_after(launched, revoke_epoch)) return;
+      if (!epoch_at_or_after(s.drained_epoch.load(), revoke_epoch)) all = false;
+    });
+    return all;
+  }
+  bool has_processes() const override {
+    bool any = false;
+    for_live([&](uint32_t) { any = true; });
+    return any;
+  }
+  uint32_t current_word() const override { return quota_.grant_word.load(); }
+  void publish(uint32_t word, uint32_t inflight_limit_us) override {
+    quota_.inflight_limit_us.store(inflight_limit_us);
+    const uint32_t old = quota_.grant_word.exchange(word);
+    if (((old ^ word) & kGrantGranted) != 0) futex_wake_all(quota_.grant_word);
+  }
+
+ private:
+  template <typename Fn>
+  void for_live(Fn&& fn) const {
+    for (uint32_t i = 0; i < kMaxProcesses; ++i)
+      if (static_cast<SlotState>(ledger_.processes[i].state.load(std::memory_order_relaxed)) == SlotState::kLive) fn(i);
+  }
+
+  DeviceQuota& quota_;
+  DeviceUsage& usage_;
+  TenantLedger& ledger_;
+  std::size_t index_;
+};
+
+}  // namespace
+
+struct ComputeService::TenantLink {
+  Tenant* tenant = nullptr;
+  int doorbell_fd = -1;
+  EventLoop::Id doorbell_id = 0;
+  std::vector<std::pair<uint32_t, std::unique_ptr<LedgerPort>>> ports;  // (gpu, port)
+};
+
+ComputeService::ComputeService(EventLoop& loop, ComputeConfig config) : loop_(loop), config_(config) {}
+
+ComputeService::~ComputeService() {
+  for (auto& [name, link] : tenants_) close_link(*link);
+  if (timer_id_ != 0) loop_.remove(timer_id_);
+  if (timer_fd_ >= 0) ::close(timer_fd_);
+}
+
+int64_t ComputeService::now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+Status ComputeService::start() {
+  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer_fd_ < 0) return Status::failure(std::string("cannot create the scheduler timer: ") + std::strerror(errno));
+  timer_id_ = loop_.add(timer_fd_, EPOLLIN, [this](uint32_t) {
+    uint64_t expirations = 0;
+    while (::read(timer_fd_, &expirations, sizeof expirations) > 0) {
+    }
+    run();
+  });
+  if (timer_id_ == 0) return Status::failure("cannot watch the scheduler timer");
+  return {};
+}
+
+Status ComputeService::open_doorbell(TenantLink& link, const std::filesystem::path& dir, const std::string& name) {
+  const std::string path = (dir / "doorbell").string();
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) return Status::failure("doorbell path too long: " + path);
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::failure(std::string("cannot create a doorbell socket: ") + std::strerror(errno));
+  ::unlink(path.c_str());  // left by an earlier broker
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::chmod(path.c_str(), 0666) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return Status::failure("cannot bind " + path + ": " + why);
+  }
+  link.doorbell_fd = fd;
+  link.doorbell_id = loop_.add(fd, EPOLLIN, [this, fd](uint32_t) {
+    char buffer[64];
+    while (::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT) >= 0) {
+    }  // the content means nothing; the rings are coalesced
+    run();
+  });
+  spdlog::debug("tenant {}: doorbell at {}", name, path);
+  return {};
+}
+
+void ComputeService::close_link(TenantLink& link) {
+  if (link.doorbell_id != 0) loop_.remove(link.doorbell_id);
+  if (link.doorbell_fd >= 0) ::close(link.doorbell_fd);
+  link.doorbell_id = 0;
+  link.doorbell_fd = -1;
+}
+
+void ComputeService::sync(TenantRegistry& registry) {
+  const int64_t now = now_ns();
+  std::map<std::string, bool, std::less<>> present;
+  for (Tenant* t : registry.all()) {
+    present[t->spec.name] = true;
+    auto& link = tenants_[t->spec.name];
+    if (link && link->tenant != t) {  // deleted and created again: start over
+      for (auto& [gpu, port] : link->ports) gpus_[gpu].remove(t->spec.name, now);
+      close_link(*link);
+      link.reset();
+    }
+    if (!link) {
+      link = std::make_unique<TenantLink>();
+      link->tenant = t;
+      if (auto s = open_doorbell(*link, t->dir, t->spec.name); !s)
+        spdlog::error("tenant {}: {}; its launches will pass unscheduled", t->spec.name, s.error());
+    }
+    for (std::size_t i = 0; i < t->spec.devices.size() && i < kMaxDevices; ++i) {
+      const DeviceSpec& d = t->spec.devices[i];
+      if (i >= link->ports.size() || link->ports[i].first != d.gpu) {
+        if (i < link->ports.size()) gpus_[link->ports[i].first].remove(t->spec.name, now);
+        link->ports.resize(std::max(link->ports.size(), i + 1));
+        link->ports[i] = {d.gpu, std::make_unique<LedgerPort>(t->quota(), t->ledger(), i)};
+      }
+      auto [it, created] = gpus_.try_emplace(d.gpu, config_);
+      it->second.upsert(t->spec.name, link->ports[i].second.get(), {d.compute, d.compute_limit, d.priority}, now);
+    }
+    for (std::size_t i = t->spec.devices.size(); i < link->ports.size(); ++i)
+      gpus_[link->ports[i].first].remove(t->spec.name, now);
+    link->ports.resize(std::min(link->ports.size(), t->spec.devices.size()));
+  }
+  for (auto it = tenants_.begin(); it != tenants_.end();) {
+    if (present.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    for (auto& [gpu, port] : it->second->ports) gpus_[gpu].remove(it->first, now);
+    close_link(*it->second);
+    it = tenants_.erase(it);
+  }
+  run();
+}
+
+void ComputeService::run() {
+  const int64_t now = now_ns();
+  int64_t next = INT64_MAX;
+  for (auto& [gpu, scheduler] : gpus_) next = std::min(next, scheduler.step(now));
+  arm(next);
+}
+
+void ComputeService::arm(int64_t deadline) {
+  if (timer_fd_ < 0) return;
+  itimerspec spec{};
+  if (deadline != INT64_MAX) {
+    spec.it_value.tv_sec = static_cast<time_t>(deadline / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(deadline % 1'000'000'000);
+  }
+  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+std::optional<ComputeStatus> ComputeService::status(const std::string& tenant, uint32_t gpu) const {
+  auto it = gpus_.find(gpu);
+  if (it == gpus_.end()) return std::nullopt;
+  return it->second.status(tenant, now_ns());
+}
+
+}  // namespace fracgpu::broker

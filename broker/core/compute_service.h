@@ -1,0 +1,55 @@
+// ComputeService: runs the per-GPU compute schedulers inside the broker. It owns, per
+// tenant, the doorbell (a Unix datagram socket <tenant dir>/doorbell that the tenant's
+// processes ring on slow paths) and the LedgerPorts through which a scheduler reads
+// the tenant's ledger and writes its grant word; plus one timerfd armed at the
+// earliest time any scheduler needs to run again. Everything runs on the broker's
+// event loop thread: a doorbell or timer wakes the loop, the schedulers step, and the
+// next deadline is armed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "event_loop.h"
+#include "gpu_scheduler.h"
+#include "result.h"
+#include "tenant_registry.h"
+
+namespace fracgpu::broker {
+
+class ComputeService {
+ public:
+  ComputeService(EventLoop& loop, ComputeConfig config);
+  ~ComputeService();
+  ComputeService(const ComputeService&) = delete;
+  ComputeService& operator=(const ComputeService&) = delete;
+
+  Status start();
+  // Brings schedulers, ports and doorbells in line with the registry (after start,
+  // create, update, delete); settings changes apply at once.
+  void sync(TenantRegistry& registry);
+  // Something changed outside the ledgers' view (a process died): re-run now.
+  void poke() { run(); }
+  std::optional<ComputeStatus> status(const std::string& tenant, uint32_t gpu) const;
+
+  static int64_t now_ns();
+
+ private:
+  struct TenantLink;
+  void run();
+  void arm(int64_t deadline);
+  Status open_doorbell(TenantLink& link, const std::filesystem::path& dir, const std::string& name);
+  void close_link(TenantLink& link);
+
+  EventLoop& loop_;
+  ComputeConfig config_;
+  int timer_fd_ = -1;
+  EventLoop::Id timer_id_ = 0;
+  std::map<uint32_t, GpuScheduler> gpus_;  // by host GPU index
+  std::map<std::string, std::unique_ptr<TenantLink>, std::less<>> tenants_;
+};
+
+}  // namespace fracgpu::broker

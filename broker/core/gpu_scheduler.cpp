@@ -1,0 +1,304 @@
+// Decisions of the per-GPU compute scheduler (see gpu_scheduler.h). Every public call
+// runs on the broker's loop thread; step() is cheap (a scan of the GPU's tenants and,
+// for the holder, of its process slots) and runs on doorbells, timers and changes.
+#include "gpu_scheduler.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace fracgpu::broker {
+namespace {
+
+constexpr double kVtimeScale = 1024.0;
+constexpr int64_t kHistoryPeriodNs = 250'000'000;
+
+bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHigh; }
+
+}  // namespace
+
+void GpuScheduler::publish(Entry& e, bool granted, bool notify, bool new_epoch) {
+  if (new_epoch || granted != e.granted || notify != e.notify) e.epoch = (e.epoch + 1) & kEpochMask;
+  e.granted = granted;
+  e.notify = notify;
+  e.port->publish(make_grant_word(e.epoch, granted, notify), e.limit_us);
+}
+
+void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings, int64_t now) {
+  auto [it, inserted] = entries_.try_emplace(tenant);
+  Entry& e = it->second;
+  const bool fresh = inserted || e.port != port;
+  const bool class_changed = !fresh && is_high(e.settings) != is_high(settings);
+  e.port = port;
+  e.settings = settings;
+  if (!fresh && !class_changed) return;
+  if (holder_ == tenant) {  // it stops holding as what it was; nothing is charged
+    holder_.clear();
+    phase_ = Phase::kIdle;
+  }
+  if (fresh) {
+    e.epoch = (grant_epoch(port->current_word()) + 1) & kEpochMask;  // continue after any earlier broker
+    e.tokens_ns = config_.slice_ns;
+    double least = -1;
+    for (const auto& [name, other] : entries_)
+      if (name != tenant && (least < 0 || other.vtime < least)) least = other.vtime;
+    e.vtime = std::max(0.0, least);
+  }
+  e.wait_since = 0;
+  e.active_until = 0;
+  e.last_sample = now;
+  publish(e, is_high(settings), is_high(settings), true);
+  e.sample_epoch = e.epoch;
+}
+
+void GpuScheduler::remove(const std::string& tenant, int64_t) {
+  if (holder_ == tenant) {
+    holder_.clear();
+    phase_ = Phase::kIdle;
+  }
+  entries_.erase(tenant);
+}
+
+void GpuScheduler::refill(int64_t now) {
+  const int64_t elapsed = last_refill_ == 0 ? 0 : now - last_refill_;
+  last_refill_ = now;
+  for (auto& [name, e] : entries_) {
+    if (e.settings.ceiling_pct == 0) continue;
+    e.tokens_ns = std::min(e.tokens_ns + elapsed * e.settings.ceiling_pct / 100, config_.slice_ns);
+  }
+}
+
+int64_t GpuScheduler::tokens_now(const Entry& e, int64_t now) const {
+  const bool holding = phase_ != Phase::kIdle && &entries_.at(holder_) == &e;
+  return e.tokens_ns - (holding ? now - grant_start_ : 0);
+}
+
+bool GpuScheduler::eligible(const Entry& e) const {
+  return e.settings.ceiling_pct == 0 || e.tokens_ns >= config_.slice_ns / 4;
+}
+
+// A tenant that starts waiting joins at the least virtual time of those competing:
+// it neither lost its place nor banked credit while it was idle.
+void GpuScheduler::note_waiting(int64_t now) {
+  for (auto& [name, e] : entries_) {
+    if (is_high(e.settings) || name == holder_) continue;
+    const bool waiting = e.port->waiting() > 0;
+    if (!waiting) {
+      e.wait_since = 0;
+      continue;
+    }
+    if (e.wait_since != 0) continue;
+    e.wait_since = now;
+    double least = -1;
+    for (const auto& [other_name, other] : entries_) {
+      if (other_name == name || is_high(other.settings)) continue;
+      if (other.wait_since == 0 && other_name != holder_) continue;
+      if (least < 0 || other.vtime < least) least = other.vtime;
+    }
+    if (least > e.vtime) e.vtime = least;
+  }
+}
+
+void GpuScheduler::step_high(Entry& e, int64_t now) {
+  const bool launched = e.port->launched_since(e.sample_epoch);
+  if (launched) e.active_until = now + config_.high_hold_ns;
+  const bool active = now < e.active_until;
+  if (active && now - e.last_sample >= config_.idle_tick_ns) {
+    if (launched) e.held_ns += now - e.last_sample;  // activity windows: an upper bound of its GPU time
+    publish(e, true, false, true);
+    e.sample_epoch = e.epoch;
+    e.last_sample = now;
+  } else if (!active && !e.notify) {
+    publish(e, true, true, true);  // idle: its next launch rings the doorbell
+    e.sample_epoch = e.epoch;
+    e.last_sample = now;
+  }
+}
+
+bool GpuScheduler::high_active(int64_t now) const {
+  for (const auto& [name, e] : entries_)
+    if (is_high(e.settings) && now < e.active_until) return true;
+  return false;
+}
+
+bool GpuScheduler::others_waiting(int64_t) const {
+  for (const auto& [name, e] : entries_)
+    if (name != holder_ && !is_high(e.settings) && e.wait_since != 0 && eligible(e)) return true;
+  return false;
+}
+
+void GpuScheduler::step_holder(int64_t now) {
+  Entry& h = entries_.at(holder_);
+  if (h.port->launched_since(sample_epoch_)) last_active_ = now;
+  const bool contended = others_waiting(now);
+  if (now - last_sample_ >= (contended ? config_.tick_ns : config_.idle_tick_ns)) {
+    publish(h, true, false, true);  // sample activity: processes acknowledge the new epoch
+    sample_epoch_ = h.epoch;
+    last_sample_ = now;
+  }
+  bool normal_waiting = false;
+  for (const auto& [name, e] : entries_)
+    if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) normal_waiting = true;
+  const int64_t idle_limit =
+      contended ? std::max<int64_t>(config_.tick_ns, int64_t{config_.contended_inflight_us} * 1000) : config_.idle_revoke_ns;
+  const bool out_of_tokens = h.settings.ceiling_pct > 0 && tokens_now(h, now) <= 0;
+  const bool idle = now - last_active_ >= idle_limit;
+  const bool slice_over = contended && now >= slice_end_;
+  const bool preempted = h.settings.priority == PriorityClass::kLow && normal_waiting;
+  if (out_of_tokens || idle || slice_over || preempted || !h.port->has_processes()) revoke(now);
+}
+
+void GpuScheduler::revoke(int64_t now) {
+  Entry& h = entries_.at(holder_);
+  publish(h, false, false, true);
+  revoke_epoch_ = h.epoch;
+  drain_deadline_ = now + config_.drain_timeout_ns;
+  phase_ = Phase::kDraining;
+}
+
+// Charges the holder grant -> drained (the drain is GPU time it used) and frees the GPU.
+void GpuScheduler::step_draining(int64_t now) {
+  Entry& h = entries_.at(holder_);
+  if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() && now < drain_deadline_) return;
+  const int64_t held = now - grant_start_;
+  h.held_ns += held;
+  h.vtime += static_cast<double>(held) * kVtimeScale / std::max<uint32_t>(h.settings.weight, 1);
+  if (h.settings.ceiling_pct > 0) h.tokens_ns -= held;
+  phase_ = Phase::kIdle;
+  holder_.clear();
+  if (h.port->waiting() > 0) h.wait_since = now;
+}
+
+GpuScheduler::Entry* GpuScheduler::choose(int64_t now) {
+  const std::string* pick = nullptr;
+  // A low tenant starved for too long goes first (bounded waiting), oldest first.
+  for (const auto& [name, e] : entries_) {
+    if (e.settings.priority != PriorityClass::kLow || e.wait_since == 0 || !eligible(e)) continue;
+    if (now - e.wait_since < config_.low_starvation_ns) continue;
+    if (pick == nullptr || e.wait_since < entries_.at(*pick).wait_since) pick = &name;
+  }
+  if (pick == nullptr) {
+    bool normal = false;
+    for (const auto& [name, e] : entries_)
+      if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) normal = true;
+    const PriorityClass wanted = normal ? PriorityClass::kNormal : PriorityClass::kLow;
+    for (const auto& [name, e] : entries_) {
+      if (e.settings.priority != wanted || e.wait_since == 0 || !eligible(e)) continue;
+      if (pick == nullptr || e.vtime < entries_.at(*pick).vtime) pick = &name;
+    }
+  }
+  if (pick == nullptr) return nullptr;
+  grant(*pick, now);
+  return &entries_.at(holder_);
+}
+
+void GpuScheduler::grant(const std::string& name, int64_t now) {
+  Entry& e = entries_.at(name);
+  e.wait_since = 0;
+  holder_ = name;
+  phase_ = Phase::kHolding;
+  grant_start_ = now;
+  slice_end_ = now + config_.slice_ns;
+  last_active_ = now;
+  last_sample_ = now;
+  publish(e, true, false, true);
+  first_epoch_ = e.epoch;
+  sample_epoch_ = e.epoch;
+}
+
+// Everyone's in-flight bound: tight behind an active high tenant, short under
+// contention (a handoff waits for at most that), generous when others merely exist,
+// none for a tenant alone on the GPU.
+void GpuScheduler::apply_limits(int64_t now) {
+  const bool high = high_active(now);
+  int demand = 0, with_processes = 0;
+  for (const auto& [name, e] : entries_) {
+    if (!is_high(e.settings) && (e.wait_since != 0 || name == holder_)) ++demand;
+    if (e.port->has_processes()) ++with_processes;
+  }
+  for (auto& [name, e] : entries_) {
+    if (is_high(e.settings)) continue;
+    uint32_t limit = 0;
+    if (high) limit = config_.high_inflight_us;
+    else if (demand >= 2 || e.settings.ceiling_pct > 0) limit = config_.contended_inflight_us;
+    else if (with_processes > 1) limit = config_.shared_inflight_us;
+    if (limit == e.limit_us) continue;
+    e.limit_us = limit;
+    publish(e, e.granted, e.notify, e.granted);  // a granted tenant re-reads its bound at the new epoch
+    if (name == holder_ && phase_ == Phase::kHolding) sample_epoch_ = e.epoch;
+  }
+}
+
+int64_t GpuScheduler::held_now(const std::string& name, const Entry& e, int64_t now) const {
+  return e.held_ns + ((phase_ != Phase::kIdle && name == holder_) ? now - grant_start_ : 0);
+}
+
+void GpuScheduler::record_history(int64_t now) {
+  if (now - last_history_ < kHistoryPeriodNs) return;
+  last_history_ = now;
+  for (auto& [name, e] : entries_) {
+    e.history.emplace_back(now, held_now(name, e, now));
+    while (e.history.size() > 2 && e.history[1].first <= now - config_.share_window_ns) e.history.pop_front();
+  }
+}
+
+int64_t GpuScheduler::next_deadline(int64_t now) const {
+  int64_t next = INT64_MAX;
+  bool busy = false;
+  if (phase_ == Phase::kHolding) {
+    const bool contended = others_waiting(now);
+    next = std::min(next, now + (contended ? config_.tick_ns : config_.idle_tick_ns));
+    if (contended) next = std::min(next, slice_end_);
+    busy = true;
+  } else if (phase_ == Phase::kDraining) {
+    next = std::min({next, now + config_.tick_ns, drain_deadline_});
+    busy = true;
+  }
+  for (const auto& [name, e] : entries_) {
+    if (is_high(e.settings) && now < e.active_until) {
+      next = std::min(next, e.last_sample + config_.idle_tick_ns);
+      busy = true;
+    }
+    if (e.wait_since == 0 || is_high(e.settings)) continue;
+    busy = true;
+    if (!eligible(e) && e.settings.ceiling_pct > 0) {
+      const int64_t missing = config_.slice_ns / 4 - e.tokens_ns;
+      next = std::min(next, now + std::max<int64_t>(missing * 100 / e.settings.ceiling_pct, 100'000));
+    }
+    if (e.settings.priority == PriorityClass::kLow) next = std::min(next, e.wait_since + config_.low_starvation_ns);
+  }
+  if (busy) next = std::min(next, last_history_ + kHistoryPeriodNs);
+  return std::max(next, now + 50'000);
+}
+
+int64_t GpuScheduler::step(int64_t now) {
+  refill(now);
+  note_waiting(now);
+  for (auto& [name, e] : entries_)
+    if (is_high(e.settings)) step_high(e, now);
+  if (phase_ == Phase::kHolding) step_holder(now);
+  if (phase_ == Phase::kDraining) step_draining(now);
+  if (phase_ == Phase::kIdle) choose(now);
+  apply_limits(now);
+  record_history(now);
+  return next_deadline(now);
+}
+
+std::optional<ComputeStatus> GpuScheduler::status(const std::string& tenant, int64_t now) const {
+  auto it = entries_.find(tenant);
+  if (it == entries_.end()) return std::nullopt;
+  const Entry& e = it->second;
+  ComputeStatus s;
+  if (tenant == holder_ && phase_ == Phase::kHolding) s.state = "granted";
+  else if (tenant == holder_ && phase_ == Phase::kDraining) s.state = "draining";
+  else if (is_high(e.settings)) s.state = now < e.active_until ? "granted" : "idle";
+  else if (e.wait_since != 0) s.state = "waiting";
+  const int64_t held = held_now(tenant, e, now);
+  s.gpu_seconds = static_cast<double>(held) / 1e9;
+  if (!e.history.empty() && now > e.history.front().first) {
+    const auto& [since, held_then] = e.history.front();
+    s.measured_share = std::clamp(static_cast<double>(held - held_then) / static_cast<double>(now - since), 0.0, 1.0);
+  }
+  return s;
+}
+
+}  // namespace fracgpu::broker

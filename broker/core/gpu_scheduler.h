@@ -1,0 +1,137 @@
+// GpuScheduler: the compute scheduler of one GPU — pure decisions over a clock and a
+// SchedulingPort per tenant, so unit tests drive it with a fake port and fake time.
+//  * normal and low tenants hold the GPU exclusively, one at a time, in slices. Each
+//    is charged the GPU time it actually held: grant -> its processes reported
+//    "drained" after the revoke, drain included. The next holder is the waiting
+//    tenant with the least virtual time (held ns x 1024 / weight), so under
+//    contention shares converge to the weights whatever the slice or drain lengths;
+//    a tenant that starts waiting is placed at the least virtual time of the others
+//    (no credit for having been idle). An idle holder is revoked as soon as someone
+//    else waits (work-conserving); a lone holder keeps the GPU, no handoffs.
+//  * low tenants only get slices no normal tenant wants, except that one waiting
+//    longer than low_starvation gets the next slice (bounded waiting).
+//  * a ceiling is a token bucket of held time refilled at ceiling% of wall time; an
+//    empty bucket revokes the grant even on an idle GPU.
+//  * high tenants are always granted and never wait; while one is active (launched
+//    within high_hold), every other tenant on the GPU keeps at most high_inflight_us
+//    of GPU work in flight, so a high launch waits at most that plus one kernel.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "fracgpu/tenant_segment.h"
+
+namespace fracgpu::broker {
+
+struct ComputeConfig {
+  int64_t slice_ns = 20'000'000;
+  int64_t tick_ns = 2'000'000;             // sampling period while contended
+  int64_t idle_tick_ns = 10'000'000;       // sampling period of a lone holder / high tenants
+  int64_t idle_revoke_ns = 50'000'000;     // a lone holder that stops launching this long is revoked
+  int64_t drain_timeout_ns = 1'000'000'000;
+  int64_t high_hold_ns = 100'000'000;
+  int64_t low_starvation_ns = 2'000'000'000;
+  int64_t share_window_ns = 2'000'000'000;
+  uint32_t contended_inflight_us = 4000;
+  uint32_t shared_inflight_us = 50000;  // others have processes on the GPU but are idle
+  uint32_t high_inflight_us = 500;
+};
+
+// One tenant on one GPU as the scheduler sees it (LedgerPort in the broker).
+class SchedulingPort {
+ public:
+  virtual ~SchedulingPort() = default;
+  virtual uint32_t waiting() const = 0;                       // threads blocked at the gate
+  virtual bool launched_since(uint32_t epoch) const = 0;       // a live process launched in epoch >= this
+  virtual bool drained(uint32_t first_epoch, uint32_t revoke_epoch) const = 0;
+  virtual bool has_processes() const = 0;
+  virtual uint32_t current_word() const = 0;
+  virtual void publish(uint32_t word, uint32_t inflight_limit_us) = 0;
+};
+
+struct ComputeSettings {
+  uint32_t weight = 100;
+  uint32_t ceiling_pct = 0;
+  PriorityClass priority = PriorityClass::kNormal;
+};
+
+struct ComputeStatus {
+  const char* state = "idle";  // granted, waiting, draining, idle
+  double measured_share = 0;   // of the GPU's time over the last share_window
+  double gpu_seconds = 0;      // held in total
+};
+
+// Epochs are 30 bits wide and wrap; compare them modulo.
+constexpr uint32_t kEpochMask = (1u << 30) - 1;
+constexpr bool epoch_at_or_after(uint32_t a, uint32_t b) { return ((a - b) & kEpochMask) < (kEpochMask / 2); }
+
+class GpuScheduler {
+ public:
+  explicit GpuScheduler(ComputeConfig config = {}) : config_(config) {}
+
+  void upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings, int64_t now);
+  void remove(const std::string& tenant, int64_t now);
+  // Re-evaluates everything; returns when it next needs to run (INT64_MAX: only on events).
+  int64_t step(int64_t now);
+  std::optional<ComputeStatus> status(const std::string& tenant, int64_t now) const;
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    SchedulingPort* port = nullptr;
+    ComputeSettings settings;
+    uint32_t epoch = 0;
+    bool granted = false;
+    bool notify = false;
+    uint32_t limit_us = 0;
+    double vtime = 0;
+    int64_t held_ns = 0;       // charged in total
+    int64_t tokens_ns = 0;     // ceiling bucket
+    int64_t wait_since = 0;    // 0 = not waiting
+    int64_t active_until = 0;  // high: counts as active until then
+    int64_t last_sample = 0;   // high: when its epoch was last bumped to sample activity
+    uint32_t sample_epoch = 0;
+    std::deque<std::pair<int64_t, int64_t>> history;  // (time, held) for the measured share
+  };
+  enum class Phase { kIdle, kHolding, kDraining };
+
+  void publish(Entry& e, bool granted, bool notify, bool new_epoch);
+  void refill(int64_t now);
+  void note_waiting(int64_t now);
+  void step_high(Entry& e, int64_t now);
+  bool high_active(int64_t now) const;
+  void step_holder(int64_t now);
+  void step_draining(int64_t now);
+  void revoke(int64_t now);
+  Entry* choose(int64_t now);
+  void grant(const std::string& name, int64_t now);
+  void apply_limits(int64_t now);
+  void record_history(int64_t now);
+  int64_t held_now(const std::string& name, const Entry& e, int64_t now) const;
+  int64_t next_deadline(int64_t now) const;
+  bool eligible(const Entry& e) const;
+  bool others_waiting(int64_t now) const;
+  int64_t tokens_now(const Entry& e, int64_t now) const;
+
+  ComputeConfig config_;
+  std::map<std::string, Entry, std::less<>> entries_;
+  Phase phase_ = Phase::kIdle;
+  std::string holder_;
+  int64_t grant_start_ = 0;
+  int64_t slice_end_ = 0;
+  int64_t last_active_ = 0;   // holder: last time it was seen launching
+  int64_t last_sample_ = 0;   // holder: last epoch bump
+  uint32_t sample_epoch_ = 0;
+  uint32_t first_epoch_ = 0;  // holder: first epoch of this grant
+  uint32_t revoke_epoch_ = 0;
+  int64_t drain_deadline_ = 0;
+  int64_t last_refill_ = 0;
+  int64_t last_history_ = 0;
+};
+
+}  // namespace fracgpu::broker
