@@ -1,0 +1,190 @@
+// fracgpu-spin-client: a compute-bound tenant process for the compute-share tests, the
+// demo and benchmarks. It launches `fracgpu_fake_spin` kernels of --kernel-us
+// microseconds back to back through the driver API (cuLaunchKernel, so the shim's launch
+// gate applies), synchronising the stream every --stream-sync-every launches so that
+// work queues like under a real framework, but never unboundedly. It stops after
+// --seconds, or at SIGTERM/SIGINT (finishing the launches in flight), and prints
+// nothing unless --report is given.
+//
+//   fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-]
+//                       [--stream-sync-every K] [--stream legacy|created]
+//
+//   --kernel-us N           kernel length in microseconds, 1..10000000 (default 1000)
+//   --seconds S             run time in seconds, > 0 (default 10)
+//   --report FILE           at the end, write one JSON line {"kernels":N,"seconds":S}
+//                           (S: wall time from the first launch to the last completion;
+//                           "-" = stdout)
+//   --stream-sync-every K   cuStreamSynchronize after every K launches, 1..100000 (default 8)
+//   --stream legacy|created the legacy default stream (default) or a cuStreamCreate'd one
+//
+// The module is the PTX below: the simulated driver accepts any image and resolves the
+// name to its own spin kernel; a real driver JIT-compiles it, and the kernel busy-waits
+// on %globaltimer, so the same binary also loads a real GPU for the given time.
+// Errors: one line on stderr, exit 1; bad arguments: exit 2.
+#include <cuda.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr const char* kSpinPtx = R"(
+.version 6.0
+.target sm_50
+.address_size 64
+.visible .entry fracgpu_fake_spin(.param .u32 fracgpu_fake_spin_param_0)
+{
+  .reg .pred %p;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u32 %r1, [fracgpu_fake_spin_param_0];
+  cvt.u64.u32 %rd1, %r1;
+  mul.lo.u64 %rd2, %rd1, 1000;
+  mov.u64 %rd3, %globaltimer;
+$L_spin:
+  mov.u64 %rd4, %globaltimer;
+  sub.u64 %rd5, %rd4, %rd3;
+  setp.lt.u64 %p, %rd5, %rd2;
+  @%p bra $L_spin;
+  ret;
+}
+)";
+
+struct Options {
+  uint32_t kernel_us = 1000;
+  double seconds = 10;
+  std::string report;
+  unsigned long sync_every = 8;
+  bool created_stream = false;
+};
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop.store(true); }
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "fracgpu-spin-client: %s\n"
+               "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
+               "[--stream-sync-every K] [--stream legacy|created]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+bool parse_unsigned(const char* text, unsigned long lo, unsigned long hi, unsigned long* out) {
+  if (*text == '\0' || std::strchr(text, '-') != nullptr) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage(a + " needs a value");
+    const char* v = argv[++i];
+    unsigned long n = 0;
+    if (a == "--kernel-us") {
+      if (!parse_unsigned(v, 1, 10'000'000, &n)) usage("--kernel-us must be 1..10000000");
+      o.kernel_us = static_cast<uint32_t>(n);
+    } else if (a == "--seconds") {
+      char* end = nullptr;
+      o.seconds = std::strtod(v, &end);
+      if (*v == '\0' || *end != '\0' || !std::isfinite(o.seconds) || o.seconds <= 0 || o.seconds > 1e6) {
+        usage("--seconds must be a number of seconds above 0");
+      }
+    } else if (a == "--report") {
+      o.report = v;
+    } else if (a == "--stream-sync-every") {
+      if (!parse_unsigned(v, 1, 100'000, &n)) usage("--stream-sync-every must be 1..100000");
+      o.sync_every = n;
+    } else if (a == "--stream") {
+      if (std::strcmp(v, "legacy") == 0) o.created_stream = false;
+      else if (std::strcmp(v, "created") == 0) o.created_stream = true;
+      else usage("--stream must be legacy or created");
+    } else {
+      usage("unknown argument " + a);
+    }
+  }
+  return o;
+}
+
+[[noreturn]] void die(const char* what, CUresult rc) {
+  const char* name = "?";
+  cuGetErrorName(rc, &name);
+  std::fprintf(stderr, "fracgpu-spin-client: %s failed: %s\n", what, name);
+  std::exit(1);
+}
+
+#define CHECK(call)                           \
+  do {                                        \
+    CUresult rc_ = (call);                    \
+    if (rc_ != CUDA_SUCCESS) die(#call, rc_); \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CUstream stream = nullptr;  // legacy default stream
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuModuleLoadData(&module, kSpinPtx));
+  CHECK(cuModuleGetFunction(&spin, module, "fracgpu_fake_spin"));
+  if (o.created_stream) CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  uint32_t us = o.kernel_us;
+  void* params[] = {&us};
+  unsigned long long kernels = 0;
+  unsigned long since_sync = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(o.seconds));
+  while (!g_stop.load() && std::chrono::steady_clock::now() < end) {
+    CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    ++kernels;
+    if (++since_sync >= o.sync_every) {
+      CHECK(cuStreamSynchronize(stream));
+      since_sync = 0;
+    }
+  }
+  CHECK(cuStreamSynchronize(stream));
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (stream != nullptr) CHECK(cuStreamDestroy(stream));
+  CHECK(cuModuleUnload(module));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+
+  if (!o.report.empty()) {
+    FILE* out = o.report == "-" ? stdout : std::fopen(o.report.c_str(), "w");
+    if (out == nullptr) {
+      std::fprintf(stderr, "fracgpu-spin-client: cannot write %s: %s\n", o.report.c_str(), std::strerror(errno));
+      return 1;
+    }
+    std::fprintf(out, "{\"kernels\":%llu,\"seconds\":%.6f}\n", kernels, elapsed);
+    if (out != stdout) std::fclose(out);
+  }
+  return 0;
+}
