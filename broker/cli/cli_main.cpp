@@ -1,4 +1,4 @@
-// fracgpu: the user CLI (run, status, tenant, broker). Parsing only; every command is
+// fracgpu: the user CLI (run, set, status, top, tenant, broker, demo). Parsing only; every command is
 // implemented in fracgpu_broker_core (cli/*). Parse errors are one line on stderr and
 // exit status 2, before anything is contacted or started.
 #include <cstdio>
@@ -25,8 +25,9 @@ struct Commands {
   bool status_json = false;
   broker::BrokerOptions broker;
   std::string tenant_name;
-  cli::QuotaFlags create_flags, update_flags;
-  CLI::App* demo_cmd = nullptr;
+  cli::QuotaFlags create_flags, update_flags, set_flags;
+  cli::TopFlags top;
+  CLI::App *demo_cmd = nullptr, *set_cmd = nullptr, *top_cmd = nullptr;
   CLI::App *run_cmd = nullptr, *status_cmd = nullptr, *broker_cmd = nullptr, *create_cmd = nullptr,
            *update_cmd = nullptr, *delete_cmd = nullptr, *list_cmd = nullptr;
 };
@@ -51,6 +52,19 @@ void define_tenant(CLI::App& app, Commands& c) {
   c.list_cmd = tenant->add_subcommand("list", "List tenants");
 }
 
+void define_set_and_top(CLI::App& app, Commands& c) {
+  c.set_cmd = app.add_subcommand("set", "Change a tenant's compute share, ceiling, priority or memory while it runs");
+  c.set_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
+  cli::add_quota_flags(*c.set_cmd, c.set_flags, false);
+  c.set_cmd->footer(
+      "Usage: fracgpu set TENANT [--compute N[%]] [--compute-limit N[%]|none] [--priority high|normal|low]\n"
+      "                          [--memory SIZE] [--gpu INDEX]\n"
+      "The same as `fracgpu tenant update`; the broker applies compute changes within 200 ms.");
+  c.top_cmd = app.add_subcommand("top", "Live view of tenants, memory and measured compute shares");
+  c.top_cmd->add_option("--interval", c.top.interval, "Seconds between refreshes, 0.1-3600 (default 1)");
+  c.top_cmd->add_option("--count", c.top.count, "Stop after N refreshes (default: until Ctrl-C)");
+}
+
 int dispatch(Commands& c) {
   if (c.demo_cmd != nullptr && c.demo_cmd->parsed()) return cli::run_demo();
   if (c.run_cmd->parsed()) {
@@ -58,6 +72,8 @@ int dispatch(Commands& c) {
     return cli::run_tenant_command(c.run);
   }
   if (c.status_cmd->parsed()) return cli::show_status(c.run_dir, c.status_json);
+  if (c.set_cmd->parsed()) return cli::set_tenant(c.run_dir, c.tenant_name, c.set_flags);
+  if (c.top_cmd->parsed()) return cli::run_top(c.run_dir, c.top);
   if (c.broker_cmd->parsed()) {
     c.broker.run_dir = c.run_dir;
     return broker::run_broker(std::move(c.broker));
@@ -101,6 +117,7 @@ int main(int argc, char** argv) {
   c.demo_cmd = app.add_subcommand("demo", "Show fracgpu on the simulated GPU (no NVIDIA GPU needed)");
   c.status_cmd = app.add_subcommand("status", "Show tenants, caps and usage");
   c.status_cmd->add_flag("--json", c.status_json, "Print the broker's JSON instead of a table");
+  define_set_and_top(app, c);
   c.broker_cmd = app.add_subcommand("broker", "Run the node broker in the foreground");
   broker::add_broker_options(*c.broker_cmd, c.broker, /*with_run_dir=*/false);
   define_tenant(app, c);

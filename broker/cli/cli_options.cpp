@@ -3,6 +3,7 @@
 #include "cli_options.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,26 @@ using broker::parse_percent;
 using broker::parse_size;
 using broker::parse_size_allow_zero;
 using nlohmann::json;
+
+// --compute-limit: a percentage 1..100, or "none" for no ceiling. For a change
+// (`partial`), "0" and "0%" also remove the ceiling, the broker's own encoding; when a
+// tenant is created, 0 is refused, since it reads like "no compute at all".
+Result<uint32_t> parse_ceiling(const std::string& text, bool partial) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "none") return 0u;
+  if (lower == "0" || lower == "0%") {
+    if (partial) return 0u;
+    return Result<uint32_t>::failure("--compute-limit '" + text +
+                                     "' is not a ceiling (1-100%); for no ceiling leave it out or give none");
+  }
+  auto v = parse_percent(text, "--compute-limit");
+  if (!v) {
+    return Result<uint32_t>::failure("--compute-limit '" + text.substr(0, 40) +
+                                     "' must be a whole percentage of one GPU from 1 to 100 (e.g. 50 or 50%), or none");
+  }
+  return *v;
+}
 
 // The fields common to every GPU of the tenant, from the flags that were given.
 Result<json> common_fields(const QuotaFlags& f, bool partial) {
@@ -41,7 +62,7 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
     d["compute"] = *v;
   }
   if (!f.compute_limit.empty()) {
-    auto v = parse_percent(f.compute_limit, "--compute-limit");
+    auto v = parse_ceiling(f.compute_limit, partial);
     if (!v) return Result<json>::failure(v.error());
     d["compute_limit"] = *v;
   }
@@ -49,6 +70,10 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
     auto p = broker::parse_priority(f.priority);
     if (!p) return Result<json>::failure("--priority: " + p.error());
     d["priority"] = f.priority;
+    if (*p == PriorityClass::kHigh && d.value("compute_limit", 0u) > 0) {
+      return Result<json>::failure("--priority high cannot have a --compute-limit: a high-priority tenant runs "
+                                   "whenever it has work (leave the ceiling out, or give --compute-limit none)");
+    }
   }
   return d;
 }
@@ -61,7 +86,8 @@ void add_quota_flags(CLI::App& app, QuotaFlags& f, bool memory_required) {
   app.add_option("--memory-request", f.memory_request, "Guaranteed memory per GPU (default: the cap)");
   app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")->delimiter(',');
   app.add_option("--compute", f.compute, "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100)");
-  app.add_option("--compute-limit", f.compute_limit, "Hard compute ceiling, 1-100% of the GPU (default none)");
+  app.add_option("--compute-limit", f.compute_limit,
+                 "Hard compute ceiling, 1-100% of the GPU, or none (default none)");
   app.add_option("--priority", f.priority, "high, normal or low (default normal)");
 }
 

@@ -1,12 +1,15 @@
 // Tenant management commands. Flags are validated before connecting; an update
-// without --gpu applies to every GPU the tenant already has.
+// without --gpu applies to every GPU the tenant already has. `fracgpu set` is the
+// same update, printing the tenant's row of the `fracgpu top` table afterwards.
 #include "tenant_commands.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "admin_client.h"
 #include "core/quantity_parser.h"
 #include "core/tenant_spec.h"
+#include "status_command.h"
 
 namespace fracgpu::cli {
 namespace {
@@ -60,7 +63,13 @@ int create_tenant(const std::string& run_dir, const std::string& name, const Quo
   return 0;
 }
 
-int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+namespace {
+
+// An update as `tenant update` and `set` send it: flags checked before connecting,
+// without --gpu applied to every GPU the tenant has. Returns 0 and the reply's
+// TENANT_STATUS in *tenant, or the exit status after printing the error.
+int send_update(const std::string& run_dir, const std::string& name, const QuotaFlags& flags, json* tenant,
+                std::optional<AdminClient>* kept = nullptr) {
   if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
   auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{}) : resolve_gpus(flags.gpus);
   if (!given) return fail(2, given.error());
@@ -75,7 +84,33 @@ int update_tenant(const std::string& run_dir, const std::string& name, const Quo
   if (!devices) return fail(2, devices.error());
   auto reply = client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
   if (!reply) return fail(1, reply.error());
-  print_tenant("updated", (*reply)["tenant"]);
+  *tenant = (*reply)["tenant"];
+  if (kept != nullptr) kept->emplace(std::move(*client));
+  return 0;
+}
+
+}  // namespace
+
+int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+  json tenant;
+  if (int code = send_update(run_dir, name, flags, &tenant); code != 0) return code;
+  print_tenant("updated", tenant);
+  return 0;
+}
+
+int set_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+  if (flags.memory.empty() && flags.memory_request.empty() && flags.compute.empty() && flags.compute_limit.empty() &&
+      flags.priority.empty()) {
+    return fail(2, "nothing to set: give --compute, --compute-limit, --priority or --memory (see fracgpu set --help)");
+  }
+  json tenant;
+  std::optional<AdminClient> client;
+  if (int code = send_update(run_dir, name, flags, &tenant, &client); code != 0) return code;
+  // The whole list, so that the promised share reflects the other tenants on the GPU;
+  // the update's own reply when the list cannot be had.
+  json view = {{"tenants", json::array({tenant})}};
+  if (auto list = client->call({{"op", "list"}}); list) view = std::move(*list);
+  std::fputs(format_tenant_table(view, name).c_str(), stdout);
   return 0;
 }
 
