@@ -1,9 +1,15 @@
 // `fracgpu demo`: a private broker over fracgpu's simulated GPU (16 GiB), three tenants
-// whose caps add up to more than the GPU, and real processes (the test workload
-// fracgpu-alloc-client, with the shim preloaded) that fill their slices. It shows that
-// each process sees its cap as the GPU, that guarantees hold under overcommit, and that
-// memory a tenant gives back becomes available to others at once. Everything it uses
-// lives in the build tree next to the fracgpu binary.
+// whose caps add up to more than the GPU, and real processes (the test workloads
+// fracgpu-alloc-client and fracgpu-spin-client, with the shim preloaded).
+//  - Memory (~3 s): each process sees its cap as the GPU, guarantees hold under
+//    overcommit, and memory a tenant gives back becomes available to others at once.
+//  - Compute (~22 s): the tenants get weights 60/30/10 (`fracgpu set`), each runs a
+//    process launching 1 ms kernels nonstop, and the broker's measured shares are
+//    printed once a second: first all three, then with notebook stopped (its time is
+//    lent to the others at once), then after `fracgpu set inference --compute 90`.
+// Everything it uses lives in the build tree next to the fracgpu binary. Without the
+// spin client, or with a broker that does not measure compute shares, the compute part
+// is skipped with a one-line reason (the memory part still counts as the demo).
 #include "demo_command.h"
 
 #include <fcntl.h>
@@ -23,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "admin_client.h"
 #include "command_runner.h"
 #include "private_broker.h"
 #include "run_command.h"
@@ -34,7 +41,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct DemoPaths {
-  fs::path self, fake_driver, workload, shim;
+  fs::path self, fake_driver, workload, spin, shim;
 };
 
 bool locate(DemoPaths* paths, std::string* problem) {
@@ -43,6 +50,7 @@ bool locate(DemoPaths* paths, std::string* problem) {
   const fs::path bin = paths->self.parent_path();
   paths->fake_driver = bin / ".." / "fakecuda" / "libcuda.so.1";
   paths->workload = bin / "fracgpu-alloc-client";
+  paths->spin = bin / "fracgpu-spin-client";
   auto shim = locate_shim();
   if (!shim) {
     *problem = shim.error();
@@ -66,7 +74,7 @@ struct Workload {
 };
 
 Workload start_workload(const DemoPaths& paths, const fs::path& run_dir, const std::string& tenant,
-                        const std::vector<std::string>& args) {
+                        const std::vector<std::string>& args, const fs::path& program = {}) {
   int pipe_fds[2];
   Workload w;
   if (pipe(pipe_fds) != 0) return w;
@@ -78,7 +86,7 @@ Workload start_workload(const DemoPaths& paths, const fs::path& run_dir, const s
     dup2(devnull, STDERR_FILENO);  // the shim's "memory cap" lines would clutter the demo
     setenv("LD_PRELOAD", paths.shim.c_str(), 1);
     setenv("FRACGPU_SOCKET", (run_dir / "tenants" / tenant / "broker.sock").c_str(), 1);
-    std::vector<std::string> argv = {paths.workload.string()};
+    std::vector<std::string> argv = {program.empty() ? paths.workload.string() : program.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> c_argv;
     for (auto& a : argv) c_argv.push_back(a.data());
@@ -131,6 +139,186 @@ double fill(const DemoPaths& paths, const fs::path& run_dir, const std::string& 
 }
 
 void say(const char* text) { std::printf("%s\n", text), std::fflush(stdout); }
+
+// A `fracgpu` command whose own output is not shown (the demo prints what it ran).
+int quiet_cli(const DemoPaths& paths, const fs::path& run_dir, std::vector<std::string> args) {
+  std::fflush(stdout);
+  const int saved = dup(STDOUT_FILENO);
+  const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (saved < 0 || devnull < 0) return cli(paths, run_dir, std::move(args));
+  dup2(devnull, STDOUT_FILENO);
+  close(devnull);
+  const int status = cli(paths, run_dir, std::move(args));
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  return status;
+}
+
+// ---- compute part ----
+
+const std::vector<std::string> kComputeTenants = {"training", "inference", "notebook"};
+
+// Each tenant's compute_measured_share on GPU 0 (absent: the broker does not measure).
+std::map<std::string, double> measured_shares(const fs::path& run_dir) {
+  std::map<std::string, double> shares;
+  auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client) return shares;
+  auto list = client->call({{"op", "list"}});
+  if (!list) return shares;
+  for (const auto& t : list->value("tenants", nlohmann::json::array())) {
+    for (const auto& d : t.value("devices", nlohmann::json::array())) {
+      if (d.value("gpu", 99u) == 0 && d.contains("compute_measured_share") && d["compute_measured_share"].is_number()) {
+        shares[t.value("name", "")] = d["compute_measured_share"].get<double>();
+      }
+    }
+  }
+  return shares;
+}
+
+// True when every demo tenant has a registered process.
+bool all_registered(const fs::path& run_dir) {
+  auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client) return false;
+  auto list = client->call({{"op", "list"}});
+  if (!list) return false;
+  std::size_t running = 0;
+  for (const auto& t : list->value("tenants", nlohmann::json::array())) {
+    if (!t.value("processes", nlohmann::json::array()).empty()) ++running;
+  }
+  return running >= kComputeTenants.size();
+}
+
+// True while the spin process runs; says so once when it has ended early.
+bool still_running(Workload& w, const std::string& tenant) {
+  if (w.pid <= 0) return false;
+  int status = 0;
+  if (waitpid(w.pid, &status, WNOHANG) != w.pid) return true;
+  std::printf("   (%s's process ended early: %s %d)\n", tenant.c_str(),
+              WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  close(w.out);
+  w = Workload{};
+  return false;
+}
+
+// SIGTERM (the spin client finishes its launches in flight and exits), SIGKILL after 3 s.
+void finish(Workload& w) {
+  if (w.pid <= 0) return;
+  kill(w.pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (waitpid(w.pid, nullptr, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(w.pid, SIGKILL);
+      waitpid(w.pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  close(w.out);
+  w = Workload{};
+}
+
+// One line per second for `seconds` seconds: every tenant's measured share of the GPU.
+// Returns false when a process that should run has ended.
+bool watch(const fs::path& run_dir, std::map<std::string, Workload>& workers, int seconds, int* clock) {
+  bool all_ran = true;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 1; i <= seconds; ++i) {
+    std::this_thread::sleep_until(start + std::chrono::seconds(i));
+    const auto shares = measured_shares(run_dir);
+    std::string line;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "   %3ds ", ++*clock);
+    line += buf;
+    for (const std::string& tenant : kComputeTenants) {
+      auto it = shares.find(tenant);
+      if (it == shares.end()) {
+        std::snprintf(buf, sizeof buf, "  %-9s    -  ", tenant.c_str());
+      } else {
+        std::snprintf(buf, sizeof buf, "  %-9s %5.1f%%", tenant.c_str(), it->second * 100.0);
+      }
+      line += buf;
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    for (auto& [tenant, w] : workers) {
+      if (w.pid > 0 && !still_running(w, tenant)) all_ran = false;
+    }
+  }
+  return all_ran;
+}
+
+void skip_compute(const std::string& why) {
+  std::printf("\n6. Compute shares: skipped — %s\n", why.c_str());
+  std::fflush(stdout);
+}
+
+// Returns the demo's exit status: 0 when it ran or was skipped for a stated reason.
+int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
+  if (!fs::exists(paths.spin)) {
+    skip_compute(paths.spin.string() + " is missing (build it: ninja -C build fracgpu_spin_client)");
+    return 0;
+  }
+  {
+    auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+    auto list = client ? client->call({{"op", "list"}}) : Result<nlohmann::json>::failure(client.error());
+    if (!list) {
+      skip_compute("the broker does not answer: " + list.error());
+      return kExitFailure;
+    }
+    const auto& tenants = (*list)["tenants"];
+    if (tenants.empty() || !tenants[0]["devices"][0].contains("compute_measured_share")) {
+      skip_compute("this broker does not report measured compute shares (no compute scheduler in this build)");
+      return 0;
+    }
+  }
+  say("\n6. Compute: each tenant runs a process that launches 1 ms kernels nonstop. Weights:");
+  const std::vector<std::pair<std::string, std::string>> weights = {
+      {"training", "60"}, {"inference", "30"}, {"notebook", "10"}};
+  for (const auto& [tenant, weight] : weights) {
+    std::printf("   $ fracgpu set %-9s --compute %s\n", tenant.c_str(), weight.c_str());
+    if (quiet_cli(paths, run_dir, {"set", tenant, "--compute", weight}) != 0) {
+      std::fprintf(stderr, "fracgpu demo: fracgpu set %s failed\n", tenant.c_str());
+      return kExitFailure;
+    }
+  }
+  std::map<std::string, Workload> workers;
+  for (const std::string& tenant : kComputeTenants) {
+    workers[tenant] = start_workload(paths, run_dir, tenant, {"--kernel-us", "1000", "--seconds", "120"}, paths.spin);
+  }
+  auto stop_all = [&] {
+    for (auto& [tenant, w] : workers) finish(w);
+  };
+  // Until every process has registered and run for a full measurement window (~2 s).
+  const auto warm = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < warm && !all_registered(run_dir)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  int clock = 0;
+  say("   Measured share of the GPU's time (the broker's last ~2 s), once a second —\n"
+      "   all three busy: expect about 60% / 30% / 10%");
+  bool ok = watch(run_dir, workers, 7, &clock);
+  say("\n   notebook stops: its time is lent to the others at once — expect about 67% / 33% / 0%");
+  finish(workers["notebook"]);
+  ok = watch(run_dir, workers, 5, &clock) && ok;
+  say("\n   inference's weight is raised while everything runs:\n   $ fracgpu set inference --compute 90");
+  if (cli(paths, run_dir, {"set", "inference", "--compute", "90"}) != 0) {
+    stop_all();
+    std::fprintf(stderr, "fracgpu demo: fracgpu set inference failed\n");
+    return kExitFailure;
+  }
+  say("   expect about 40% / 60% within a second or two: 60:90 between the two busy tenants\n"
+      "   (SHARE above also counts notebook's weight; an idle tenant's time is lent)");
+  ok = watch(run_dir, workers, 6, &clock) && ok;
+  stop_all();
+  if (!ok) {
+    std::fprintf(stderr, "fracgpu demo: a tenant's kernel loop ended early; see above\n");
+    return kExitFailure;
+  }
+  say("\n   Shares are weights of GPU time actually held; an idle tenant's time goes to the others;\n"
+      "   a ceiling (--compute-limit) caps a tenant even on an idle GPU; --priority high preempts.");
+  return 0;
+}
 
 }  // namespace
 
@@ -185,10 +373,11 @@ int run_demo() {
   std::printf("   notebook   got   %.1f GiB — its cap: guarantee plus the memory training no longer borrows\n",
               fill(paths, run_dir, "notebook", nullptr));
   stop(inference);
+  const int status = compute_part(paths, run_dir);
   broker.stop();
   shm_unlink(shm.c_str());
-  say("\nOn a machine with an NVIDIA GPU: fracgpu run --memory 8GiB -- python train.py");
-  return 0;
+  say("\nOn a machine with an NVIDIA GPU: fracgpu run --memory 8GiB --compute 30 -- python train.py");
+  return status;
 }
 
 }  // namespace fracgpu::cli
