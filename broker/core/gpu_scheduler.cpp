@@ -94,7 +94,11 @@ void GpuScheduler::note_waiting(int64_t now) {
       if (other.wait_since == 0 && other_name != holder_) continue;
       if (least < 0 || other.vtime < least) least = other.vtime;
     }
-    if (least > e.vtime) e.vtime = least;
+    // CFS-style placement: at most one slice of credit behind the least competitor.
+    // A tenant that paused for a moment (a host-side sync) keeps its place; one that
+    // was idle for long cannot bank its idle time.
+    const double allowance = static_cast<double>(config_.slice_ns) * kVtimeScale / std::max<uint32_t>(e.settings.weight, 1);
+    if (least >= 0 && least - allowance > e.vtime) e.vtime = least - allowance;
   }
 }
 

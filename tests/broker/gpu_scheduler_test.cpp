@@ -125,6 +125,38 @@ TEST(GpuScheduler, SharesConvergeToWeights) {
   expect_shares({50, 30, 20});
 }
 
+// Real clients pause at host-side synchronisations (no launch, nothing waiting for a
+// moment); such pauses must not cost a tenant its place in the queue.
+TEST(GpuScheduler, SharesHoldForTenantsThatPauseToSynchronise) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(70));
+  FakeTenant& b = sim.add("b", weight(30));
+  const int64_t window = 5000 * kMs;
+  struct Pattern {
+    FakeTenant* tenant;
+    int64_t next_pause_at;  // its own GPU time at which it next pauses
+    int64_t resume_at;      // wall time at which a pause ends
+  };
+  Pattern patterns[] = {{&a, 13 * kMs, 0}, {&b, 13 * kMs, 0}};
+  for (int64_t t = 0; t < window + 500 * kMs; t += kStepNs) {
+    if (t == 500 * kMs) sim.reset_counters();
+    for (Pattern& p : patterns) {
+      FakeTenant& f = *p.tenant;
+      if (f.wants && f.ran_ns >= p.next_pause_at) {
+        f.wants = false;  // pauses for 5 ms after every 13 ms of its own GPU work
+        p.resume_at = sim.now + 5 * kMs;
+      } else if (!f.wants && sim.now >= p.resume_at) {
+        f.wants = true;
+        p.next_pause_at = f.ran_ns + 13 * kMs;
+      }
+    }
+    sim.run_for(kStepNs);
+  }
+  const int64_t ran_a = a.ran_ns, ran_b = b.ran_ns;
+  const double share_a = static_cast<double>(ran_a) / static_cast<double>(ran_a + ran_b);
+  EXPECT_NEAR(share_a, 0.70, 0.02);
+}
+
 TEST(GpuScheduler, OnlyOneNormalTenantHoldsAtATime) {
   Simulation sim;
   FakeTenant& a = sim.add("a", weight(50));

@@ -254,7 +254,7 @@ ensure_broker() {  # a node broker answering at $RUN, (re)started if needed
   [[ -n "$BROKER_PID" ]] && { say "  the node broker (pid $BROKER_PID) had exited; starting another"; wait "$BROKER_PID" 2>/dev/null; }
   local n=$((${BROKER_STARTS:-0} + 1)) i
   BROKER_STARTS=$n
-  setsid env LD_LIBRARY_PATH="$DEPS_LD" "$FRACGPU" --run-dir "$RUN" broker --state-dir "$STATE" \
+  setsid env LD_LIBRARY_PATH="$DEPS_LD" "$FRACGPU" --run-dir "$RUN" broker --state-dir "$STATE" ${FRACGPU_BROKER_FLAGS:-} \
     > "$WORK/logs/broker$n.out" 2> "$WORK/logs/broker$n.err" < /dev/null &
   BROKER_PID=$!
   for ((i = 0; i < 300; i++)); do
