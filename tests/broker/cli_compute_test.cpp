@@ -4,7 +4,7 @@
 // shows the compute columns and `status --json` the broker's JSON; `top --count` prints
 // plain successive frames when stdout is not a terminal; fracgpu-spin-client runs
 // kernels for the given time; and, with a broker that schedules compute, `set` moves
-// the measured shares of two running tenants.
+// the measured shares of two running tenants and `fracgpu demo` shows its three phases.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -318,8 +320,47 @@ TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
   auto [a2, b2] = shares();
   EXPECT_NEAR(a2, 0.20, 0.10) << "beta " << b2;
   EXPECT_NEAR(b2, 0.80, 0.10) << "alpha " << a2;
+  // STATE is a snapshot: each busy tenant holds the GPU, waits for it or is draining.
   r = fracgpu({"status"}, env);
-  EXPECT_NE(r.out.find("granted"), std::string::npos) << r.out;
+  std::istringstream table(r.out);
+  int rows = 0;
+  for (std::string line; std::getline(table, line);) {
+    if (line.rfind("alpha ", 0) != 0 && line.rfind("beta ", 0) != 0) continue;
+    if (line.find("WEIGHT") != std::string::npos || line.find(" GiB") != std::string::npos) continue;  // memory rows
+    ++rows;
+    EXPECT_TRUE(line.find("granted") != std::string::npos || line.find("waiting") != std::string::npos ||
+                line.find("draining") != std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(rows, 2) << r.out;
+}
+
+// The demo's compute part: the measured shares at the end of each phase (weights
+// 60/30/10; notebook stopped; inference raised to 90) within a few points of the weights.
+TEST_F(CliComputeTest, DemoShowsSharesLendingAndALiveChange) {
+  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
+  auto r = run_process({FRACGPU_TEST_CLI_BIN, "demo"}, {{"FRACGPU_SHIM", FRACGPU_TEST_SHIM}}, std::chrono::seconds(90));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  if (r.out.find("Compute shares: skipped") != std::string::npos) GTEST_SKIP() << r.out;
+  std::map<int, std::array<double, 3>> at;  // second -> training, inference, notebook (%)
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    int second = 0;
+    std::array<double, 3> v{};
+    if (std::sscanf(line.c_str(), " %ds training %lf%% inference %lf%% notebook %lf%%", &second, &v[0], &v[1],
+                    &v[2]) == 4) {
+      at[second] = v;
+    }
+  }
+  ASSERT_EQ(at.size(), 18u) << r.out;
+  auto near = [&](int second, std::array<double, 3> want) {
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(at[second][i], want[i], 8.0) << "at " << second << "s\n" << r.out;
+  };
+  near(7, {60, 30, 10});
+  near(12, {66.7, 33.3, 0});
+  near(18, {40, 60, 0});
+  EXPECT_NE(r.out.find("$ fracgpu set inference --compute 90"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("training   holds 10.0 GiB"), std::string::npos) << r.out;  // the memory part ran first
 }
 
 }  // namespace
