@@ -134,6 +134,7 @@ void GpuScheduler::step_holder(int64_t now) {
   Entry& h = entries_.at(holder_);
   if (h.port->launched_since(sample_epoch_)) last_active_ = now;
   const bool contended = others_waiting(now);
+  if (!contended) contended_since_ = now;  // running alone: lent time, not charged to its virtual time
   if (now - last_sample_ >= (contended ? config_.tick_ns : config_.idle_tick_ns)) {
     publish(h, true, false, true);  // sample activity: processes acknowledge the new epoch
     sample_epoch_ = h.epoch;
@@ -165,7 +166,8 @@ void GpuScheduler::step_draining(int64_t now) {
   if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() && now < drain_deadline_) return;
   const int64_t held = now - grant_start_;
   h.held_ns += held;
-  h.vtime += static_cast<double>(held) * kVtimeScale / std::max<uint32_t>(h.settings.weight, 1);
+  const int64_t owed = now - std::max(contended_since_, grant_start_);
+  h.vtime += static_cast<double>(owed) * kVtimeScale / std::max<uint32_t>(h.settings.weight, 1);
   if (h.settings.ceiling_pct > 0) h.tokens_ns -= held;
   phase_ = Phase::kIdle;
   holder_.clear();
@@ -201,6 +203,7 @@ void GpuScheduler::grant(const std::string& name, int64_t now) {
   holder_ = name;
   phase_ = Phase::kHolding;
   grant_start_ = now;
+  contended_since_ = now;
   slice_end_ = now + config_.slice_ns;
   last_active_ = now;
   last_sample_ = now;

@@ -5,8 +5,10 @@
 //    "drained" after the revoke, drain included. The next holder is the waiting
 //    tenant with the least virtual time (held ns x 1024 / weight), so under
 //    contention shares converge to the weights whatever the slice or drain lengths;
-//    a tenant that starts waiting is placed at the least virtual time of the others
-//    (no credit for having been idle). An idle holder is revoked as soon as someone
+//    a tenant that starts waiting is placed at most one slice of credit behind the
+//    least virtual time of the others (no banking of idle time), and time a holder
+//    runs while nobody else waits is lent, not owed: it counts in its measured GPU
+//    time but not in its virtual time. An idle holder is revoked as soon as someone
 //    else waits (work-conserving); a lone holder keeps the GPU, no handoffs.
 //  * low tenants only get slices no normal tenant wants, except that one waiting
 //    longer than low_starvation gets the next slice (bounded waiting).
@@ -123,6 +125,7 @@ class GpuScheduler {
   Phase phase_ = Phase::kIdle;
   std::string holder_;
   int64_t grant_start_ = 0;
+  int64_t contended_since_ = 0;  // holder: start of the part of its grant that others waited for
   int64_t slice_end_ = 0;
   int64_t last_active_ = 0;   // holder: last time it was seen launching
   int64_t last_sample_ = 0;   // holder: last epoch bump

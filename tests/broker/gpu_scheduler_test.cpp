@@ -157,6 +157,22 @@ TEST(GpuScheduler, SharesHoldForTenantsThatPauseToSynchronise) {
   EXPECT_NEAR(share_a, 0.70, 0.02);
 }
 
+// Time a tenant used while the others were idle was lent, not owed: when the others
+// come back, the shares under contention start at the weights at once.
+TEST(GpuScheduler, LentTimeIsNotPaidBack) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(50));
+  FakeTenant& b = sim.add("b", weight(50));
+  b.wants = false;
+  sim.run_for(3000 * kMs);  // a runs alone for 3 s
+  b.wants = true;
+  sim.reset_counters();
+  sim.run_for(1000 * kMs);
+  EXPECT_NEAR(sim.share("a", 1000 * kMs), 0.50, 0.03);
+  EXPECT_NEAR(sim.share("b", 1000 * kMs), 0.50, 0.03);
+  (void)a;
+}
+
 TEST(GpuScheduler, OnlyOneNormalTenantHoldsAtATime) {
   Simulation sim;
   FakeTenant& a = sim.add("a", weight(50));

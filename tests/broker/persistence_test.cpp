@@ -58,7 +58,7 @@ TEST_F(Persistence, StateStoreRoundTrip) {
   StateStore store(dir.path());
   ASSERT_TRUE(store.prepare().ok());
   auto a = tenant_spec_from_json(json::parse(
-      R"({"name":"a","devices":[{"gpu":0,"memory_limit":100,"memory_request":50,"compute":30,"compute_limit":60,"priority":"high","uuid":"GPU-x"}]})"));
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":100,"memory_request":50,"compute":30,"compute_limit":60,"priority":"low","uuid":"GPU-x"}]})"));
   auto b = tenant_spec_from_json(json::parse(R"({"name":"b","devices":[{"gpu":0,"memory_limit":7}]})"));
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(store.save({&*a, &*b}).ok());

@@ -38,14 +38,26 @@ TEST(TenantSpecJson, DefaultsRequestToLimit) {
 
 TEST(TenantSpecJson, AllFields) {
   auto spec = tenant_spec_from_json(json::parse(
-      R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"memory_request":0,"compute":30,"compute_limit":50,"priority":"high"}]})"));
+      R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"memory_request":0,"compute":30,"compute_limit":50,"priority":"low"}]})"));
   ASSERT_TRUE(spec.ok()) << spec.error();
   const DeviceSpec& d = spec->devices[0];
   EXPECT_EQ(d.gpu, 1u);
   EXPECT_EQ(d.memory_request, 0u);
   EXPECT_EQ(d.compute, 30u);
   EXPECT_EQ(d.compute_limit, 50u);
-  EXPECT_EQ(d.priority, PriorityClass::kHigh);
+  EXPECT_EQ(d.priority, PriorityClass::kLow);
+}
+
+// A high tenant never waits at the gate, so a ceiling on it could not be enforced.
+TEST(TenantSpecJson, RefusesCeilingOnHighPriority) {
+  auto spec = tenant_spec_from_json(json::parse(
+      R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"compute_limit":50,"priority":"high"}]})"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.error().find("cannot be combined with priority"), std::string::npos) << spec.error();
+  auto high = tenant_spec_from_json(
+      json::parse(R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"priority":"high"}]})"));
+  ASSERT_TRUE(high.ok()) << high.error();
+  EXPECT_EQ(high->devices[0].priority, PriorityClass::kHigh);
 }
 
 TEST(TenantSpecJson, RejectsBadInput) {
