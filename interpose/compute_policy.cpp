@@ -3,6 +3,7 @@
 #include "compute_policy.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 
@@ -12,6 +13,15 @@ namespace fracgpu::shim {
 namespace {
 
 constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
+constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
+constexpr int64_t kGuardLateNs = 200'000;    // a burst later than predicted by this much: stop holding back
+constexpr int64_t kGuardPollNs = 20'000;
+
+int64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 struct CaptureQuery {
   const FenceOps* ops;
@@ -84,6 +94,28 @@ void ComputePolicy::pass_slow(GpuCompute& gpu, int index, CUstream stream) noexc
   bool new_epoch = false;
   gpu.gate.pass_slow(&stream_capturing, &query, &new_epoch);
   if (new_epoch) gpu.limiter.limit_changed();
+}
+
+void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
+  const DeviceQuota& quota = gpu.gate.quota();
+  const int64_t now = monotonic_ns();
+  if (quota.priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh)) {
+    if (now - gpu.last_launch_ns.exchange(now, std::memory_order_relaxed) > kBurstGapNs) {
+      gpu.gate.usage().burst_start_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
+      doorbell_.ring();  // once per burst: the broker learns the high tenant's rhythm
+    }
+    return;
+  }
+  const int64_t next = static_cast<int64_t>(quota.guard_next_ns.load(std::memory_order_acquire));
+  const int64_t lead = quota.guard_lead_ns.load(std::memory_order_relaxed);
+  const double kernel_ns = gpu.limiter.us_per_launch() * 1000.0;
+  const int64_t late = next + lead + kGuardLateNs;
+  if (next == 0 || kernel_ns <= 0 || now >= late) return;
+  if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead)) return;  // ends before the burst
+  // Hold back until the burst has been seen (the broker predicts the next one) or is overdue.
+  const timespec pause{0, kGuardPollNs};
+  while (quota.guard_next_ns.load(std::memory_order_acquire) == static_cast<uint64_t>(next) && monotonic_ns() < late)
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
 }
 
 // Synchronises every context this process launched into on the GPU since the last drain.

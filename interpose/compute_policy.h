@@ -37,6 +37,7 @@ class ComputePolicy {
     GpuCompute& gpu = gpus_[static_cast<std::size_t>(device.index)];
     if (__builtin_expect(!gpu.ready.load(std::memory_order_acquire) || !gpu.gate.unchanged(), 0))
       pass_slow(gpu, device.index, explicit_stream(stream, per_thread_stream));
+    if (__builtin_expect(gpu.gate.burst_work(), 0)) bursts_and_guard(gpu);
     return device.index;
   }
   // After it: counts the launch for the in-flight bound (may wait on a fence).
@@ -57,6 +58,7 @@ class ComputePolicy {
     std::vector<CUcontext> contexts;  // launched into since the last drain
     int index = 0;
     ComputePolicy* owner = nullptr;
+    std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
   };
 
   explicit ComputePolicy(MemoryPolicy& memory) : memory_(memory) {}
@@ -65,6 +67,9 @@ class ComputePolicy {
     return (stream == nullptr && per_thread) ? CU_STREAM_PER_THREAD : stream;
   }
   void pass_slow(GpuCompute& gpu, int index, CUstream stream) noexcept;
+  // High tenant: report the first launch after a pause. Others: hold a launch that would
+  // still be running when a regular high-priority burst is due (see tenant_segment.h).
+  void bursts_and_guard(GpuCompute& gpu) noexcept;
   void prepare(GpuCompute& gpu, int index) noexcept;
   void note_context(GpuCompute& gpu) noexcept;
   static void* drainer_main(void* gpu) noexcept;

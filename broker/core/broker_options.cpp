@@ -40,6 +40,8 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
                  "Hand the GPU on after this long even if a revoked tenant has not drained (default 1000)")
       ->check(CLI::Range(10, 600000));
+  app.add_flag("--no-burst-guard", o.no_burst_guard,
+               "Do not hold lower classes back before a high-priority tenant's regular bursts");
   app.add_option("--ready-fd", o.ready_fd, "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
 }
@@ -63,6 +65,7 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.compute.contended_inflight_us = static_cast<uint32_t>(o.contended_inflight_us);
   o.compute.low_starvation_ns = int64_t{o.low_starvation_ms} * 1'000'000;
   o.compute.drain_timeout_ns = int64_t{o.drain_timeout_ms} * 1'000'000;
+  o.compute.burst_guard = !o.no_burst_guard;
   if (!o.metrics_listen.empty()) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());

@@ -33,6 +33,7 @@ struct BrokerOptions {
   int contended_inflight_us = 4000;
   int low_starvation_ms = 2000;
   int drain_timeout_ms = 1000;
+  bool no_burst_guard = false;
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 namespace fracgpu::broker {
 namespace {
@@ -14,7 +15,53 @@ constexpr int64_t kHistoryPeriodNs = 250'000'000;
 
 bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHigh; }
 
+constexpr double kMinBurstPeriodNs = 300'000;
+constexpr double kMaxBurstPeriodNs = 100'000'000;
+constexpr double kMinGuardLeadNs = 30'000;
+
 }  // namespace
+
+void BurstRhythm::observe(uint64_t start) {
+  if (start == last) return;
+  const double gap = last == 0 || start < last ? 0 : static_cast<double>(start - last);
+  last = start;
+  if (gap < kMinBurstPeriodNs || gap > kMaxBurstPeriodNs) {
+    samples = 0;  // not a rhythm (yet): start over
+    return;
+  }
+  if (samples == 0) {
+    period = gap;
+    deviation = gap / 4;
+  } else {
+    period += (gap - period) / 8;
+    deviation += (std::abs(gap - period) - deviation) / 8;
+  }
+  ++samples;
+}
+
+// Lower classes hold back launches that would still run when the next burst of a
+// regular high tenant is due; published only while one is active and regular.
+void GpuScheduler::apply_guard(int64_t now) {
+  const Entry* source = nullptr;
+  if (config_.burst_guard) {
+    for (const auto& [name, e] : entries_) {
+      if (!is_high(e.settings) || now >= e.active_until || !e.rhythm.regular()) continue;
+      if (source == nullptr || e.rhythm.last > source->rhythm.last) source = &e;
+    }
+  }
+  uint64_t next = 0, period = 0;
+  uint32_t lead = 0;
+  if (source != nullptr) {
+    period = static_cast<uint64_t>(source->rhythm.period);
+    next = source->rhythm.last + period;
+    lead = static_cast<uint32_t>(std::min(std::max(2 * source->rhythm.deviation, kMinGuardLeadNs), source->rhythm.period / 4));
+  }
+  for (auto& [name, e] : entries_) {
+    if (is_high(e.settings) || e.guard_next == next) continue;
+    e.guard_next = next;
+    e.port->publish_guard(next, period, lead);
+  }
+}
 
 void GpuScheduler::publish(Entry& e, bool granted, bool notify, bool new_epoch) {
   if (new_epoch || granted != e.granted || notify != e.notify) e.epoch = (e.epoch + 1) & kEpochMask;
@@ -103,6 +150,7 @@ void GpuScheduler::note_waiting(int64_t now) {
 }
 
 void GpuScheduler::step_high(Entry& e, int64_t now) {
+  e.rhythm.observe(e.port->burst_start());
   const bool launched = e.port->launched_since(e.sample_epoch);
   if (launched) e.active_until = now + config_.high_hold_ns;
   const bool active = now < e.active_until;
@@ -286,6 +334,7 @@ int64_t GpuScheduler::step(int64_t now) {
   if (phase_ == Phase::kDraining) step_draining(now);
   if (phase_ == Phase::kIdle) choose(now);
   apply_limits(now);
+  apply_guard(now);
   record_history(now);
   return next_deadline(now);
 }

@@ -42,6 +42,7 @@ struct ComputeConfig {
   uint32_t contended_inflight_us = 4000;
   uint32_t shared_inflight_us = 50000;  // others have processes on the GPU but are idle
   uint32_t high_inflight_us = 500;
+  bool burst_guard = true;  // hold lower classes back before a high tenant's regular bursts
 };
 
 // One tenant on one GPU as the scheduler sees it (LedgerPort in the broker).
@@ -54,6 +55,22 @@ class SchedulingPort {
   virtual bool has_processes() const = 0;
   virtual uint32_t current_word() const = 0;
   virtual void publish(uint32_t word, uint32_t inflight_limit_us) = 0;
+  // Burst guard (tenant_segment.h): a high tenant's latest burst start, and the
+  // prediction published to the others (period 0 = none).
+  virtual uint64_t burst_start() const { return 0; }
+  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns) {
+    (void)next_ns, (void)period_ns, (void)lead_ns;
+  }
+};
+
+// The rhythm of one high tenant's bursts: EWMA of the period and of its deviation.
+struct BurstRhythm {
+  uint64_t last = 0;
+  double period = 0;
+  double deviation = 0;
+  int samples = 0;
+  void observe(uint64_t start);
+  bool regular() const { return samples >= 8 && deviation < 0.1 * period; }
 };
 
 struct ComputeSettings {
@@ -99,6 +116,8 @@ class GpuScheduler {
     int64_t last_sample = 0;   // high: when its epoch was last bumped to sample activity
     uint32_t sample_epoch = 0;
     std::deque<std::pair<int64_t, int64_t>> history;  // (time, held) for the measured share
+    BurstRhythm rhythm;        // high: its bursts
+    uint64_t guard_next = 0;   // others: the guard last published to it
   };
   enum class Phase { kIdle, kHolding, kDraining };
 
@@ -113,6 +132,7 @@ class GpuScheduler {
   Entry* choose(int64_t now);
   void grant(const std::string& name, int64_t now);
   void apply_limits(int64_t now);
+  void apply_guard(int64_t now);
   void record_history(int64_t now);
   int64_t held_now(const std::string& name, const Entry& e, int64_t now) const;
   int64_t next_deadline(int64_t now) const;

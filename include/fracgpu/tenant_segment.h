@@ -47,6 +47,11 @@
 //    it launched into and stores the revoke's epoch; the broker hands the GPU on when
 //    every live slot that launched during the grant has drained (or died).
 //  * DeviceUsage.waiting counts threads blocked at the gate (a hint for the broker).
+//  * Burst guard: a high tenant's process stores the CLOCK_MONOTONIC time of the first
+//    launch after a pause (DeviceUsage.burst_start_ns) and rings the doorbell. When
+//    those bursts come at a regular period, the broker publishes the predicted next
+//    one (guard_next_ns, guard_period_ns, guard_lead_ns) to the GPU's other tenants,
+//    whose processes then do not start work that would still run when it arrives.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -87,8 +92,10 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint32_t> priority;             // PriorityClass
   std::atomic<uint32_t> grant_word;           // minor 2: see "Compute scheduling" above
   std::atomic<uint32_t> inflight_limit_us;    // minor 2: GPU time a process may keep queued; 0 = no bound
-  uint32_t reserved32;
-  uint64_t reserved[7];  // room for compatible additions (minor version)
+  std::atomic<uint32_t> guard_lead_ns;        // minor 2: see "burst guard" below
+  std::atomic<uint64_t> guard_next_ns;        // minor 2: predicted start of a high tenant's next burst
+  std::atomic<uint64_t> guard_period_ns;      // minor 2: 0 = no guard
+  uint64_t reserved[5];  // room for compatible additions (minor version)
 };
 
 inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
@@ -120,7 +127,8 @@ struct alignas(64) DeviceUsage {
   std::atomic<uint64_t> burst_requests;  // slow-path requests sent to the broker
   std::atomic<uint32_t> waiting;         // minor 2: threads blocked at the launch gate
   uint32_t reserved32;
-  uint64_t reserved[3];
+  std::atomic<uint64_t> burst_start_ns;  // minor 2: a high tenant's latest burst (see above)
+  uint64_t reserved[2];
 };
 
 // One registered process. pid/start_time/state are written by the broker (pid from
@@ -163,6 +171,9 @@ static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
 static_assert(offsetof(DeviceQuota, grant_word) == 100);
 static_assert(offsetof(DeviceQuota, inflight_limit_us) == 104);
 static_assert(offsetof(DeviceUsage, waiting) == 32);
+static_assert(offsetof(DeviceUsage, burst_start_ns) == 40);
+static_assert(offsetof(DeviceQuota, guard_next_ns) == 112);
+static_assert(offsetof(DeviceQuota, guard_period_ns) == 120);  // same cache line as grant_word
 static_assert(sizeof(SlotSchedule) == 8);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
 static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 8);

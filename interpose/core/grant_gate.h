@@ -49,6 +49,14 @@ class GrantGate {
   // Marks the revoke of `epoch` as drained by this process and tells the broker.
   void report_drained(uint32_t epoch) noexcept;
   uint32_t inflight_limit_us() const noexcept { return quota_->inflight_limit_us.load(std::memory_order_relaxed); }
+  const DeviceQuota& quota() const noexcept { return *quota_; }
+  DeviceUsage& usage() const noexcept { return *usage_; }
+  // A high tenant (bursts are reported) or a guard published by the broker: one load
+  // of the same cache line as grant_word.
+  bool burst_work() const noexcept {
+    return quota_->guard_period_ns.load(std::memory_order_relaxed) != 0 ||
+           quota_->priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh);
+  }
 
   // After fork(): the child is a new process with a slot of its own.
   void rebind_slot(SlotSchedule* slot) noexcept {

@@ -13,10 +13,11 @@ constexpr std::size_t kMaxPending = 256;  // fences in flight before the oldest 
 }  // namespace
 
 uint64_t InflightLimiter::fence_interval(uint32_t limit_us) const noexcept {
-  if (limit_us == 0) return us_per_launch_ > 0 ? kIdleFenceInterval : 1;
-  if (us_per_launch_ <= 0) return 1;
+  const double per_launch = us_per_launch();
+  if (limit_us == 0) return per_launch > 0 ? kIdleFenceInterval : 1;
+  if (per_launch <= 0) return 1;
   const double per_fence = static_cast<double>(limit_us) / 4.0;
-  return std::clamp<uint64_t>(static_cast<uint64_t>(per_fence / us_per_launch_), 1, kMaxFenceInterval);
+  return std::clamp<uint64_t>(static_cast<uint64_t>(per_fence / per_launch), 1, kMaxFenceInterval);
 }
 
 CUevent InflightLimiter::take_event(CUcontext ctx) noexcept {
@@ -65,7 +66,8 @@ void InflightLimiter::learn(const Fence& earlier, const Fence& later) noexcept {
   float ms = 0;
   if (ops_->event_elapsed(&ms, earlier.event, later.event) != CUDA_SUCCESS || ms < 0) return;
   const double sample = static_cast<double>(ms) * 1000.0 / static_cast<double>(later.launch - earlier.launch);
-  us_per_launch_ = us_per_launch_ <= 0 ? sample : us_per_launch_ + kLearnWeight * (sample - us_per_launch_);
+  const double old = us_per_launch_.load(std::memory_order_relaxed);
+  us_per_launch_.store(old <= 0 ? sample : old + kLearnWeight * (sample - old), std::memory_order_relaxed);
 }
 
 void InflightLimiter::reap() noexcept {
@@ -89,8 +91,8 @@ void InflightLimiter::wait_until_within(uint32_t limit_us, uint64_t n) noexcept 
     reap();
     if (pending_.empty()) return;
     const uint64_t queued = n - std::min(n, last_done_.launch);
-    const bool over = us_per_launch_ > 0 ? static_cast<double>(queued) * us_per_launch_ > limit_us
-                                         : pending_.size() > 2;
+    const double per_launch = us_per_launch();
+    const bool over = per_launch > 0 ? static_cast<double>(queued) * per_launch > limit_us : pending_.size() > 2;
     if (!over && pending_.size() < kMaxPending) return;
     if (ops_->event_synchronize(pending_.front().event) != CUDA_SUCCESS) pending_.pop_front();
   }

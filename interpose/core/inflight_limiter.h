@@ -54,7 +54,7 @@ class InflightLimiter {
   // After fork(): the child starts empty (the parent's events are not the child's).
   void reset_after_fork() noexcept;
 
-  double us_per_launch() const noexcept { return us_per_launch_; }
+  double us_per_launch() const noexcept { return us_per_launch_.load(std::memory_order_relaxed); }
   uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
 
   static constexpr uint64_t kIdleFenceInterval = 4096;  // launches per fence when unbounded
@@ -83,7 +83,7 @@ class InflightLimiter {
   std::deque<Fence> pending_;
   Fence last_done_;  // newest fence known complete (event kept for the next elapsed time)
   std::vector<Fence> spare_;  // recycled events, by context
-  double us_per_launch_ = 0;  // 0 = not learned yet
+  std::atomic<double> us_per_launch_{0};  // 0 = not learned yet (read without the mutex)
 };
 
 }  // namespace fracgpu

@@ -38,6 +38,13 @@ class FakeTenant final : public SchedulingPort {
     word_ = word;
     limit_us_ = limit_us;
   }
+  uint64_t burst = 0;  // a high tenant's latest burst start
+  uint64_t guard_next = 0, guard_period = 0;
+  uint64_t burst_start() const override { return burst; }
+  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t) override {
+    guard_next = next_ns;
+    guard_period = period_ns;
+  }
   bool granted() const { return (word_ & kGrantGranted) != 0; }
   uint32_t limit_us() const { return limit_us_; }
 
@@ -254,6 +261,29 @@ TEST(GpuScheduler, HighTenantIsAlwaysGrantedAndBoundsOthersInFlight) {
   high.wants = false;
   sim.run_for(200 * kMs);  // past high_hold: the bound is lifted again
   EXPECT_EQ(batch.limit_us(), ComputeConfig{}.shared_inflight_us);
+}
+
+// A high tenant with a regular rhythm gets its next burst predicted to the others;
+// an irregular one does not.
+TEST(GpuScheduler, RegularHighBurstsArePredictedToOthers) {
+  Simulation sim;
+  FakeTenant& batch = sim.add("batch", weight(100));
+  FakeTenant& high = sim.add("latency", weight(100, PriorityClass::kHigh));
+  const int64_t period = 2'200'000;
+  for (int i = 0; i < 20; ++i) {
+    high.burst = static_cast<uint64_t>(sim.now);
+    sim.run_for(period);
+  }
+  EXPECT_NEAR(static_cast<double>(batch.guard_period), static_cast<double>(period), 50'000.0);
+  EXPECT_EQ(batch.guard_next, high.burst + batch.guard_period);
+  // Irregular bursts (1, 5, 2, 9 ms apart...) withdraw the prediction.
+  const int64_t gaps[] = {1, 5, 2, 9, 1, 7, 3, 8, 2, 6, 1, 9};
+  for (int64_t gap : gaps) {
+    high.burst = static_cast<uint64_t>(sim.now);
+    sim.run_for(gap * kMs);
+  }
+  EXPECT_EQ(batch.guard_period, 0u);
+  EXPECT_EQ(batch.guard_next, 0u);
 }
 
 TEST(GpuScheduler, LoneTenantHasNoInFlightBound) {
