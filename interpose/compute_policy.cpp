@@ -111,7 +111,10 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   const double kernel_ns = gpu.limiter.us_per_launch() * 1000.0;
   const int64_t late = next + lead + kGuardLateNs;
   if (next == 0 || kernel_ns <= 0 || now >= late) return;
-  if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead)) return;  // ends before the burst
+  // A launch that ends before the burst, or overlaps it by no more than the in-flight
+  // bound lower classes are allowed in a high tenant's way, goes ahead.
+  const double allowed = static_cast<double>(gpu.gate.inflight_limit_us()) * 1000.0;
+  if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead) + allowed) return;
   // Hold back until the burst has been seen (the broker predicts the next one) or is overdue.
   const timespec pause{0, kGuardPollNs};
   while (quota.guard_next_ns.load(std::memory_order_acquire) == static_cast<uint64_t>(next) && monotonic_ns() < late)

@@ -29,14 +29,22 @@ void BurstRhythm::observe(uint64_t start) {
     samples = 0;  // not a rhythm (yet): start over
     return;
   }
-  if (samples == 0) {
-    period = gap;
-    deviation = gap / 4;
-  } else {
-    period += (gap - period) / 8;
-    deviation += (std::abs(gap - period) - deviation) / 8;
-  }
+  gaps[samples % kWindow] = gap;
   ++samples;
+}
+
+double BurstRhythm::floor() const {
+  const int n = std::min(samples, kWindow);
+  return n == 0 ? 0 : *std::min_element(gaps, gaps + n);
+}
+
+double BurstRhythm::median() const {
+  const int n = std::min(samples, kWindow);
+  if (n == 0) return 0;
+  double sorted[kWindow];
+  std::copy(gaps, gaps + n, sorted);
+  std::nth_element(sorted, sorted + n / 2, sorted + n);
+  return sorted[n / 2];
 }
 
 // Lower classes hold back launches that would still run when the next burst of a
@@ -52,9 +60,10 @@ void GpuScheduler::apply_guard(int64_t now) {
   uint64_t next = 0, period = 0;
   uint32_t lead = 0;
   if (source != nullptr) {
-    period = static_cast<uint64_t>(source->rhythm.period);
+    const double floor = source->rhythm.floor();
+    period = static_cast<uint64_t>(floor);
     next = source->rhythm.last + period;
-    lead = static_cast<uint32_t>(std::min(std::max(2 * source->rhythm.deviation, kMinGuardLeadNs), source->rhythm.period / 4));
+    lead = static_cast<uint32_t>(std::max(kMinGuardLeadNs, 0.02 * floor));
   }
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings) || e.guard_next == next) continue;

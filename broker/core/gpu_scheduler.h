@@ -63,14 +63,20 @@ class SchedulingPort {
   }
 };
 
-// The rhythm of one high tenant's bursts: EWMA of the period and of its deviation.
+// The rhythm of one high tenant's bursts. The gap between two bursts is the tenant's
+// own pause plus how long its last request took, and the latter is what the guard
+// changes; so the next burst is predicted at the shortest recent gap (a request served
+// at once), and the rhythm counts as regular when that floor is at least half the
+// median gap (true of a request loop with think time; false of Poisson-like arrivals).
 struct BurstRhythm {
+  static constexpr int kWindow = 16;
   uint64_t last = 0;
-  double period = 0;
-  double deviation = 0;
-  int samples = 0;
+  double gaps[kWindow] = {};
+  int samples = 0;  // gaps recorded since the last reset (the ring holds min(samples, kWindow))
   void observe(uint64_t start);
-  bool regular() const { return samples >= 8 && deviation < 0.1 * period; }
+  double floor() const;
+  double median() const;
+  bool regular() const { return samples >= 8 && floor() >= 0.5 * median(); }
 };
 
 struct ComputeSettings {
