@@ -109,7 +109,8 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   const int64_t next = static_cast<int64_t>(quota.guard_next_ns.load(std::memory_order_acquire));
   const int64_t lead = quota.guard_lead_ns.load(std::memory_order_relaxed);
   const double kernel_ns = gpu.limiter.us_per_launch() * 1000.0;
-  const int64_t late = next + lead + kGuardLateNs;
+  const int64_t published_late = static_cast<int64_t>(quota.guard_late_ns.load(std::memory_order_relaxed));
+  const int64_t late = next + (published_late > 0 ? published_late : lead + kGuardLateNs);
   if (next == 0 || kernel_ns <= 0 || now >= late) return;
   // A launch that ends before the burst, or overlaps it by no more than the in-flight
   // bound lower classes are allowed in a high tenant's way, goes ahead.

@@ -52,8 +52,9 @@ class LedgerPort final : public SchedulingPort {
   }
   uint32_t current_word() const override { return quota_.grant_word.load(); }
   uint64_t burst_start() const override { return usage_.burst_start_ns.load(); }
-  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns) override {
+  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns) override {
     quota_.guard_lead_ns.store(lead_ns);
+    quota_.guard_late_ns.store(late_ns);
     quota_.guard_period_ns.store(period_ns);
     quota_.guard_next_ns.store(next_ns);  // last: the shim reads it first
   }

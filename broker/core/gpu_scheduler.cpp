@@ -18,6 +18,7 @@ bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHi
 constexpr double kMinBurstPeriodNs = 300'000;
 constexpr double kMaxBurstPeriodNs = 100'000'000;
 constexpr double kMinGuardLeadNs = 30'000;
+constexpr double kMinGuardLateNs = 200'000;
 
 }  // namespace
 
@@ -57,18 +58,22 @@ void GpuScheduler::apply_guard(int64_t now) {
       if (source == nullptr || e.rhythm.last > source->rhythm.last) source = &e;
     }
   }
-  uint64_t next = 0, period = 0;
+  uint64_t next = 0, period = 0, late = 0;
   uint32_t lead = 0;
   if (source != nullptr) {
     const double floor = source->rhythm.floor();
     period = static_cast<uint64_t>(floor);
     next = source->rhythm.last + period;
     lead = static_cast<uint32_t>(std::max(kMinGuardLeadNs, 0.02 * floor));
+    // A burst comes later than the floor by as much as its last request waited: hold
+    // on for up to the spread of the gaps, so that the rhythm settles at the floor.
+    const double spread = source->rhythm.median() - floor;
+    late = static_cast<uint64_t>(lead + std::min(std::max(kMinGuardLateNs, spread), floor / 2));
   }
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings) || e.guard_next == next) continue;
     e.guard_next = next;
-    e.port->publish_guard(next, period, lead);
+    e.port->publish_guard(next, period, lead, late);
   }
 }
 

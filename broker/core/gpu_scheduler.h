@@ -58,8 +58,8 @@ class SchedulingPort {
   // Burst guard (tenant_segment.h): a high tenant's latest burst start, and the
   // prediction published to the others (period 0 = none).
   virtual uint64_t burst_start() const { return 0; }
-  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns) {
-    (void)next_ns, (void)period_ns, (void)lead_ns;
+  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns) {
+    (void)next_ns, (void)period_ns, (void)lead_ns, (void)late_ns;
   }
 };
 

@@ -95,7 +95,8 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint32_t> guard_lead_ns;        // minor 2: see "burst guard" below
   std::atomic<uint64_t> guard_next_ns;        // minor 2: predicted start of a high tenant's next burst
   std::atomic<uint64_t> guard_period_ns;      // minor 2: 0 = no guard
-  uint64_t reserved[5];  // room for compatible additions (minor version)
+  std::atomic<uint64_t> guard_late_ns;        // minor 2: stop holding back this long after guard_next_ns
+  uint64_t reserved[4];  // room for compatible additions (minor version)
 };
 
 inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
