@@ -6,8 +6,15 @@
 // --seconds, or at SIGTERM/SIGINT (finishing the launches in flight), and prints
 // nothing unless --report is given.
 //
+// Latency mode (--think-us): the client behaves like a request-serving tenant. A request
+// is --stream-sync-every launches followed by cuStreamSynchronize; its latency runs from
+// the first launch call to the sync's return (gate wait included). Between requests the
+// host "thinks" (sleeps) for --think-us. The report then also carries percentiles of the
+// request latency in microseconds, over requests that started after --warmup-ms.
+//
 //   fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-]
 //                       [--stream-sync-every K] [--stream legacy|created]
+//                       [--think-us T] [--warmup-ms W]
 //
 //   --kernel-us N           kernel length in microseconds, 1..10000000 (default 1000)
 //   --seconds S             run time in seconds, > 0 (default 10)
@@ -16,6 +23,11 @@
 //                           "-" = stdout)
 //   --stream-sync-every K   cuStreamSynchronize after every K launches, 1..100000 (default 8)
 //   --stream legacy|created the legacy default stream (default) or a cuStreamCreate'd one
+//   --think-us T            latency mode: sleep T microseconds (0..10000000) after each
+//                           request; the report adds "requests" (counted) and
+//                           "latency_us":{"p50","p90","p99","p999","max","mean"}
+//   --warmup-ms W           latency mode: requests starting in the first W ms (0..600000,
+//                           default 0) run but are not counted
 //
 // The module is the PTX below: the simulated driver accepts any image and resolves the
 // name to its own spin kernel; a real driver JIT-compiles it, and the kernel busy-waits
@@ -24,14 +36,18 @@
 #include <cuda.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -63,6 +79,9 @@ struct Options {
   std::string report;
   unsigned long sync_every = 8;
   bool created_stream = false;
+  bool latency_mode = false;
+  unsigned long think_us = 0;
+  unsigned long warmup_ms = 0;
 };
 
 std::atomic<bool> g_stop{false};
@@ -73,7 +92,7 @@ void on_signal(int) { g_stop.store(true); }
   std::fprintf(stderr,
                "fracgpu-spin-client: %s\n"
                "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
-               "[--stream-sync-every K] [--stream legacy|created]\n",
+               "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -109,6 +128,13 @@ Options parse(int argc, char** argv) {
     } else if (a == "--stream-sync-every") {
       if (!parse_unsigned(v, 1, 100'000, &n)) usage("--stream-sync-every must be 1..100000");
       o.sync_every = n;
+    } else if (a == "--think-us") {
+      if (!parse_unsigned(v, 0, 10'000'000, &n)) usage("--think-us must be 0..10000000");
+      o.think_us = n;
+      o.latency_mode = true;
+    } else if (a == "--warmup-ms") {
+      if (!parse_unsigned(v, 0, 600'000, &n)) usage("--warmup-ms must be 0..600000");
+      o.warmup_ms = n;
     } else if (a == "--stream") {
       if (std::strcmp(v, "legacy") == 0) o.created_stream = false;
       else if (std::strcmp(v, "created") == 0) o.created_stream = true;
@@ -163,7 +189,24 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(o.seconds));
+  std::vector<uint32_t> latencies_us;  // latency mode: one per counted request
+  const auto warmup_end = start + std::chrono::milliseconds(o.warmup_ms);
   while (!g_stop.load() && std::chrono::steady_clock::now() < end) {
+    if (o.latency_mode) {
+      const auto request_start = std::chrono::steady_clock::now();
+      for (unsigned long i = 0; i < o.sync_every; ++i) {
+        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+        ++kernels;
+      }
+      CHECK(cuStreamSynchronize(stream));
+      const auto done = std::chrono::steady_clock::now();
+      if (request_start >= warmup_end) {
+        const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(done - request_start).count();
+        latencies_us.push_back(static_cast<uint32_t>(std::min<int64_t>(took_us, UINT32_MAX)));
+      }
+      if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
+      continue;
+    }
     CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
     ++kernels;
     if (++since_sync >= o.sync_every) {
@@ -183,7 +226,24 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fracgpu-spin-client: cannot write %s: %s\n", o.report.c_str(), std::strerror(errno));
       return 1;
     }
-    std::fprintf(out, "{\"kernels\":%llu,\"seconds\":%.6f}\n", kernels, elapsed);
+    if (o.latency_mode) {
+      std::sort(latencies_us.begin(), latencies_us.end());
+      // Nearest-rank percentile: the smallest latency that at least p of the requests had.
+      auto pct = [&](double p) -> unsigned long {
+        if (latencies_us.empty()) return 0;
+        const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(latencies_us.size())));
+        return latencies_us[std::min(latencies_us.size(), std::max<std::size_t>(rank, 1)) - 1];
+      };
+      double sum = 0;
+      for (uint32_t v : latencies_us) sum += v;
+      const double mean = latencies_us.empty() ? 0 : sum / static_cast<double>(latencies_us.size());
+      std::fprintf(out,
+                   "{\"kernels\":%llu,\"seconds\":%.6f,\"requests\":%zu,\"latency_us\":{\"p50\":%lu,\"p90\":%lu,"
+                   "\"p99\":%lu,\"p999\":%lu,\"max\":%lu,\"mean\":%.1f}}\n",
+                   kernels, elapsed, latencies_us.size(), pct(0.50), pct(0.90), pct(0.99), pct(0.999), pct(1.0), mean);
+    } else {
+      std::fprintf(out, "{\"kernels\":%llu,\"seconds\":%.6f}\n", kernels, elapsed);
+    }
     if (out != stdout) std::fclose(out);
   }
   return 0;
