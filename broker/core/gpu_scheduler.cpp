@@ -18,7 +18,7 @@ bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHi
 constexpr double kMinBurstPeriodNs = 300'000;
 constexpr double kMaxBurstPeriodNs = 100'000'000;
 constexpr double kMinGuardLeadNs = 30'000;
-constexpr double kMinGuardLateNs = 200'000;
+constexpr double kMinGuardLateNs = 300'000;
 
 }  // namespace
 
@@ -34,9 +34,14 @@ void BurstRhythm::observe(uint64_t start) {
   ++samples;
 }
 
+// The second-shortest gap: one unusually short pause must not pull the prediction early.
 double BurstRhythm::floor() const {
   const int n = std::min(samples, kWindow);
-  return n == 0 ? 0 : *std::min_element(gaps, gaps + n);
+  if (n < 2) return n == 0 ? 0 : gaps[0];
+  double sorted[kWindow];
+  std::copy(gaps, gaps + n, sorted);
+  std::nth_element(sorted, sorted + 1, sorted + n);
+  return sorted[1];
 }
 
 double BurstRhythm::median() const {
@@ -68,7 +73,7 @@ void GpuScheduler::apply_guard(int64_t now) {
     // A burst comes later than the floor by as much as its last request waited: hold
     // on for up to the spread of the gaps, so that the rhythm settles at the floor.
     const double spread = source->rhythm.median() - floor;
-    late = static_cast<uint64_t>(lead + std::min(std::max(kMinGuardLateNs, spread), floor / 2));
+    late = static_cast<uint64_t>(lead + std::min(std::max({kMinGuardLateNs, spread, floor / 4}), floor / 2));
   }
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings) || e.guard_next == next) continue;
