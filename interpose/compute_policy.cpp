@@ -16,6 +16,7 @@ constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
 constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
 constexpr int64_t kGuardLateNs = 200'000;    // a burst later than predicted by this much: stop holding back
 constexpr int64_t kGuardPollNs = 20'000;
+constexpr uint64_t kMaxGuardHoldNs = 2'000'000;  // never hold past a burst's start longer than this
 
 int64_t monotonic_ns() noexcept {
   timespec ts{};
@@ -100,8 +101,13 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   const DeviceQuota& quota = gpu.gate.quota();
   const int64_t now = monotonic_ns();
   if (quota.priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh)) {
-    if (now - gpu.last_launch_ns.exchange(now, std::memory_order_relaxed) > kBurstGapNs) {
-      gpu.gate.usage().burst_start_ns.store(static_cast<uint64_t>(now), std::memory_order_relaxed);
+    const int64_t previous = gpu.last_launch_ns.exchange(now, std::memory_order_relaxed);
+    if (now - previous > kBurstGapNs) {
+      const int64_t begin = gpu.burst_begin_ns.exchange(now, std::memory_order_relaxed);
+      DeviceUsage& usage = gpu.gate.usage();
+      usage.burst_span_ns.store(begin > 0 && previous >= begin ? static_cast<uint64_t>(previous - begin) : 0,
+                                std::memory_order_relaxed);
+      usage.burst_start_ns.store(static_cast<uint64_t>(now), std::memory_order_release);
       doorbell_.ring();  // once per burst: the broker learns the high tenant's rhythm
     }
     return;
@@ -116,10 +122,19 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   // bound lower classes are allowed in a high tenant's way, goes ahead.
   const double allowed = static_cast<double>(gpu.gate.inflight_limit_us()) * 1000.0;
   if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead) + allowed) return;
-  // Hold back until the burst has been seen (the broker predicts the next one) or is overdue.
+  // Hold back until the burst has been seen (the broker predicts the next one) or is overdue,
+  // then until its launches are in.
   const timespec pause{0, kGuardPollNs};
-  while (quota.guard_next_ns.load(std::memory_order_acquire) == static_cast<uint64_t>(next) && monotonic_ns() < late)
+  uint64_t seen = 0;
+  while ((seen = quota.guard_next_ns.load(std::memory_order_acquire)) == static_cast<uint64_t>(next) &&
+         monotonic_ns() < late)
     clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
+  const uint64_t period = quota.guard_period_ns.load(std::memory_order_relaxed);
+  const int64_t hold = static_cast<int64_t>(std::min<uint64_t>(quota.guard_hold_ns.load(std::memory_order_relaxed),
+                                                               kMaxGuardHoldNs));
+  if (seen == static_cast<uint64_t>(next) || seen == 0 || period == 0 || seen < period) return;
+  const int64_t until = static_cast<int64_t>(seen - period) + hold;
+  while (monotonic_ns() < until) clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
 }
 
 // Synchronises every context this process launched into on the GPU since the last drain.

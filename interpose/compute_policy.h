@@ -59,6 +59,7 @@ class ComputePolicy {
     int index = 0;
     ComputePolicy* owner = nullptr;
     std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
+    std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
   };
 
   explicit ComputePolicy(MemoryPolicy& memory) : memory_(memory) {}

@@ -51,9 +51,12 @@ class LedgerPort final : public SchedulingPort {
     return any;
   }
   uint32_t current_word() const override { return quota_.grant_word.load(); }
-  uint64_t burst_start() const override { return usage_.burst_start_ns.load(); }
-  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns) override {
+  uint64_t burst_start() const override { return usage_.burst_start_ns.load(); }  // after span (release)
+  uint64_t burst_span() const override { return usage_.burst_span_ns.load(); }
+  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns,
+                     uint64_t hold_ns) override {
     quota_.guard_lead_ns.store(lead_ns);
+    quota_.guard_hold_ns.store(hold_ns);
     quota_.guard_late_ns.store(late_ns);
     quota_.guard_period_ns.store(period_ns);
     quota_.guard_next_ns.store(next_ns);  // last: the shim reads it first

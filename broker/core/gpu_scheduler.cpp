@@ -19,10 +19,11 @@ constexpr double kMinBurstPeriodNs = 300'000;
 constexpr double kMaxBurstPeriodNs = 100'000'000;
 constexpr double kMinGuardLeadNs = 30'000;
 constexpr double kMinGuardLateNs = 300'000;
+constexpr double kGuardSettleNs = 100'000;
 
 }  // namespace
 
-void BurstRhythm::observe(uint64_t start) {
+void BurstRhythm::observe(uint64_t start, uint64_t previous_span) {
   if (start == last) return;
   const double gap = last == 0 || start < last ? 0 : static_cast<double>(start - last);
   last = start;
@@ -31,7 +32,13 @@ void BurstRhythm::observe(uint64_t start) {
     return;
   }
   gaps[samples % kWindow] = gap;
+  spans[samples % kWindow] = static_cast<double>(std::min<uint64_t>(previous_span, static_cast<uint64_t>(gap)));
   ++samples;
+}
+
+double BurstRhythm::longest_span() const {
+  const int n = std::min(samples, kWindow);
+  return n == 0 ? 0 : *std::max_element(spans, spans + n);
 }
 
 // The second-shortest gap: one unusually short pause must not pull the prediction early.
@@ -63,7 +70,7 @@ void GpuScheduler::apply_guard(int64_t now) {
       if (source == nullptr || e.rhythm.last > source->rhythm.last) source = &e;
     }
   }
-  uint64_t next = 0, period = 0, late = 0;
+  uint64_t next = 0, period = 0, late = 0, hold = 0;
   uint32_t lead = 0;
   if (source != nullptr) {
     const double floor = source->rhythm.floor();
@@ -74,11 +81,14 @@ void GpuScheduler::apply_guard(int64_t now) {
     // on for up to the spread of the gaps, so that the rhythm settles at the floor.
     const double spread = source->rhythm.median() - floor;
     late = static_cast<uint64_t>(lead + std::min(std::max({kMinGuardLateNs, spread, floor / 4}), floor / 2));
+    // Released when the burst is seen, others wait until its launches are in: the
+    // longest recent burst plus the time for its last kernel to reach the GPU.
+    hold = static_cast<uint64_t>(std::min(source->rhythm.longest_span() + kGuardSettleNs, floor / 2));
   }
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings) || e.guard_next == next) continue;
     e.guard_next = next;
-    e.port->publish_guard(next, period, lead, late);
+    e.port->publish_guard(next, period, lead, late, hold);
   }
 }
 
@@ -169,7 +179,7 @@ void GpuScheduler::note_waiting(int64_t now) {
 }
 
 void GpuScheduler::step_high(Entry& e, int64_t now) {
-  e.rhythm.observe(e.port->burst_start());
+  e.rhythm.observe(e.port->burst_start(), e.port->burst_span());
   const bool launched = e.port->launched_since(e.sample_epoch);
   if (launched) e.active_until = now + config_.high_hold_ns;
   const bool active = now < e.active_until;

@@ -58,8 +58,10 @@ class SchedulingPort {
   // Burst guard (tenant_segment.h): a high tenant's latest burst start, and the
   // prediction published to the others (period 0 = none).
   virtual uint64_t burst_start() const { return 0; }
-  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns) {
-    (void)next_ns, (void)period_ns, (void)lead_ns, (void)late_ns;
+  virtual uint64_t burst_span() const { return 0; }
+  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns,
+                             uint64_t hold_ns) {
+    (void)next_ns, (void)period_ns, (void)lead_ns, (void)late_ns, (void)hold_ns;
   }
 };
 
@@ -72,8 +74,10 @@ struct BurstRhythm {
   static constexpr int kWindow = 16;
   uint64_t last = 0;
   double gaps[kWindow] = {};
+  double spans[kWindow] = {};  // first to last launch of each burst
   int samples = 0;  // gaps recorded since the last reset (the ring holds min(samples, kWindow))
-  void observe(uint64_t start);
+  void observe(uint64_t start, uint64_t previous_span);
+  double longest_span() const;
   double floor() const;
   double median() const;
   bool regular() const { return samples >= 8 && floor() >= 0.5 * median(); }

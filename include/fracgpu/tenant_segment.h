@@ -51,7 +51,9 @@
 //    launch after a pause (DeviceUsage.burst_start_ns) and rings the doorbell. When
 //    those bursts come at a regular period, the broker publishes the predicted next
 //    one (guard_next_ns, guard_period_ns, guard_lead_ns) to the GPU's other tenants,
-//    whose processes then do not start work that would still run when it arrives.
+//    whose processes then do not start work that would still run when it arrives, and
+//    once it has arrived wait until its launches are in (guard_hold_ns, from the spans
+//    of earlier bursts, DeviceUsage.burst_span_ns).
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -96,7 +98,8 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint64_t> guard_next_ns;        // minor 2: predicted start of a high tenant's next burst
   std::atomic<uint64_t> guard_period_ns;      // minor 2: 0 = no guard
   std::atomic<uint64_t> guard_late_ns;        // minor 2: stop holding back this long after guard_next_ns
-  uint64_t reserved[4];  // room for compatible additions (minor version)
+  std::atomic<uint64_t> guard_hold_ns;        // minor 2: after a burst is seen, hold back this long past its start
+  uint64_t reserved[3];  // room for compatible additions (minor version)
 };
 
 inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
@@ -129,7 +132,8 @@ struct alignas(64) DeviceUsage {
   std::atomic<uint32_t> waiting;         // minor 2: threads blocked at the launch gate
   uint32_t reserved32;
   std::atomic<uint64_t> burst_start_ns;  // minor 2: a high tenant's latest burst (see above)
-  uint64_t reserved[2];
+  std::atomic<uint64_t> burst_span_ns;   // minor 2: first to last launch of its previous burst
+  uint64_t reserved[1];
 };
 
 // One registered process. pid/start_time/state are written by the broker (pid from

@@ -41,7 +41,7 @@ class FakeTenant final : public SchedulingPort {
   uint64_t burst = 0;  // a high tenant's latest burst start
   uint64_t guard_next = 0, guard_period = 0;
   uint64_t burst_start() const override { return burst; }
-  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t, uint64_t) override {
+  void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t, uint64_t, uint64_t) override {
     guard_next = next_ns;
     guard_period = period_ns;
   }
