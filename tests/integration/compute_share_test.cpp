@@ -10,11 +10,15 @@
 //   * a lone tenant with weight 30 gets >= 95 % (work-conserving); a ceiling of 30 on an
 //     otherwise idle device gives 30 +- 2 %;
 //   * a `high` tenant's request latency next to a 1 ms batch tenant stays within its own
-//     latency alone plus one batch kernel plus a margin;
+//     latency alone plus one batch kernel plus a margin (on a device with a 1 ms
+//     timeslice; see the test);
 //   * `fracgpu set` answers in < 200 ms and the new weights hold from 200 ms on;
-//   * a tenant SIGKILLed while it holds the GPU stalls the others for < 1 s.
-// Windows are 5 s (2 s where a test needs a sequence); the file runs in about a minute
-// and its tests are RUN_SERIAL, since they measure time.
+//   * a tenant SIGKILLed while it holds the GPU stalls the others for < 1 s, and the
+//     survivor then has the whole device (a kill while waiting at the gate: disabled,
+//     a broker bug, see there).
+// Windows are 5 s (2 s where a test needs a sequence, 1 s after a kill); the file runs in
+// about 50 s and its tests are RUN_SERIAL, since they measure time. Every test logs its
+// figures ("[ compute  ]" lines, and as test properties in the XML report).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -109,10 +113,11 @@ class ComputeShare : public BrokerFixture {
     return tenants_.back();
   }
 
-  DeviceSample sample() {
+  DeviceSample sample() { return sample(base_env_); }
+  DeviceSample sample(const Environment& env) {
     DeviceSample s;
     const auto before = Clock::now();
-    ProcessResult r = run_process({FRACGPU_FAKECUDA_CTL, "status"}, base_env_, std::chrono::seconds(10));
+    ProcessResult r = run_process({FRACGPU_FAKECUDA_CTL, "status"}, env, std::chrono::seconds(10));
     const auto after = Clock::now();
     s.at = before + (after - before) / 2;
     s.raw = r.out;
@@ -195,6 +200,26 @@ class ComputeShare : public BrokerFixture {
     return w;
   }
 
+  // Only when a utilisation check failed: what one spin client reaches right now without
+  // fracgpu, alone on a private simulated device. Below 95 % it is the machine (CPU
+  // starvation delays the simulated device's executor), not the scheduler.
+  std::string native_reference() {
+    Environment env = native_env();
+    const std::string shm = "/" + unique_name("reference");
+    env["FAKECUDA_SHM_NAME"] = shm;
+    BackgroundProcess client({FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "2", "--stream-sync-every", "8"},
+                             env, dir_.path() + "/reference");
+    std::this_thread::sleep_for(milliseconds(500));
+    DeviceSample a = sample(env);
+    std::this_thread::sleep_for(milliseconds(1000));
+    DeviceSample b = sample(env);
+    client.wait(std::chrono::seconds(5));
+    shm_unlink(shm.c_str());
+    const double busy = static_cast<double>(b.device_busy_us - a.device_busy_us) / 1e6;
+    return "(for reference, a lone spin client without fracgpu reaches " + pct(busy / seconds_between(a.at, b.at)) +
+           " of a private simulated device on this machine now)";
+  }
+
   static std::string load_average() {
     std::string text = read_text("/proc/loadavg");
     return text.substr(0, text.find(' ', text.find(' ', text.find(' ') + 1) + 1));
@@ -254,7 +279,9 @@ class ComputeShare : public BrokerFixture {
         EXPECT_NEAR(broker[weights[i].first], target, 0.05) << "the broker's own measured share: " << b.str();
       }
     }
-    EXPECT_GE(w.utilisation, kMinUtilisation) << "the contended device idled: " << w.summary;
+    if (w.utilisation < kMinUtilisation) {
+      ADD_FAILURE() << "the contended device idled: " << w.summary << "\n" << native_reference();
+    }
     EXPECT_LE(w.utilisation, 1.01) << "more busy time than wall time: " << w.summary;
     EXPECT_EQ(w.overlap_violations, 0u);
   }
@@ -281,7 +308,7 @@ TEST_F(ComputeShare, ALoneTenantWithShare30GetsTheWholeDevice) {
   WindowResult w = measure(kWindow);
   stop_all();
   log("lone_share30", w.summary);
-  EXPECT_GE(w.utilisation, kMinUtilisation) << w.summary;
+  if (w.utilisation < kMinUtilisation) ADD_FAILURE() << "a lone tenant idled: " << w.summary << "\n" << native_reference();
   EXPECT_LE(w.utilisation, 1.01) << w.summary;
 }
 
@@ -316,7 +343,7 @@ TEST_F(ComputeShare, AHighPriorityTenantsWaitIsBoundedByOneBatchKernel) {
   base_env_["FAKECUDA_TIMESLICE_US"] = "1000";
   start_broker();  // creates the device afresh, with the 1 ms timeslice
   ASSERT_FALSE(HasFatalFailure());
-  ASSERT_EQ(nlohmann::json::parse(sample().raw).value("timeslice_us", 0), 1000);
+  ASSERT_EQ(nlohmann::json::parse(sample().raw, nullptr, false).value("timeslice_us", 0), 1000);
   create("serve", 100, {"--priority", "high"});
   create("batch", 100);
   const std::vector<std::string> serve_args = {"--kernel-us", "100", "--stream-sync-every", "1", "--think-us", "1000",
@@ -418,50 +445,94 @@ TEST_F(ComputeShare, ASetTakesEffectWithin200Milliseconds) {
 }
 
 // Item 7: a tenant SIGKILLed while it holds the GPU (it owns the simulated engine, with
-// kernels in flight) does not stall the other: its busy time grows again within 1 s.
-TEST_F(ComputeShare, ATenantKilledWhileHoldingTheGpuDoesNotStallTheOthers) {
-  create("victim", 100);
-  create("survivor", 100);
-  const pid_t victim_pid = spin("victim", 100).pid();
-  const pid_t survivor_pid = spin("survivor", 100).pid();
-  wait_all_running();
-  ASSERT_FALSE(HasFatalFailure());
+// kernels in flight) does not stall the other: the survivor's busy time grows again
+// within 1 s, and from 1 s after the kill on it has the device to itself (>= 90 %).
+class ComputeKill : public ComputeShare {
+ protected:
+  // Two tenants of equal weight spin; once `moment` has been seen on two device readings
+  // in a row, the victim is SIGKILLed and the survivor watched for 2 s.
+  void kill_and_watch(const std::string& what, bool victim_owns_engine) {
+    create("victim", 100);
+    create("survivor", 100);
+    const pid_t victim_pid = spin("victim", 100).pid();
+    const pid_t survivor_pid = spin("survivor", 100).pid();
+    wait_all_running();
+    ASSERT_FALSE(HasFatalFailure());
+    const TenantLedger* victim_ledger = ledger("victim");
+    ASSERT_NE(victim_ledger, nullptr);
 
-  // Catch the victim in its slice: two readings in a row with it owning the engine.
-  DeviceSample last;
-  int in_a_row = 0;
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (in_a_row < 2 && Clock::now() < deadline) {
-    last = sample();
-    in_a_row = last.engine_owner == victim_pid ? in_a_row + 1 : 0;
-  }
-  ASSERT_EQ(in_a_row, 2) << "the victim never held the device: " << last.raw;
-  const uint64_t survivor_before = last.busy(survivor_pid);
-  ::kill(victim_pid, SIGKILL);
-  const auto killed = Clock::now();
-
-  // The survivor must be running kernels again (5 ms of device time) within 1 s.
-  DeviceSample now;
-  double resumed_s = -1;
-  while (Clock::now() - killed < std::chrono::seconds(3)) {
-    now = sample();
-    if (now.busy(survivor_pid) >= survivor_before + 5000) {
-      resumed_s = seconds_between(killed, now.at);
-      break;
+    DeviceSample last;
+    int in_a_row = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (in_a_row < 2 && Clock::now() < deadline) {
+      last = sample();
+      const bool seen = victim_owns_engine ? last.engine_owner == victim_pid
+                                           : last.engine_owner == survivor_pid &&
+                                                 victim_ledger->devices[0].waiting.load() > 0;
+      in_a_row = seen ? in_a_row + 1 : 0;
     }
-    std::this_thread::sleep_for(milliseconds(10));
+    ASSERT_EQ(in_a_row, 2) << "never caught the victim " << what << ": " << last.raw;
+    const uint64_t survivor_before = last.busy(survivor_pid);
+    ::kill(victim_pid, SIGKILL);
+    const auto killed = Clock::now();
+
+    // The survivor must be running kernels again (5 ms of device time) within 1 s.
+    DeviceSample now;
+    double resumed_s = -1;
+    while (Clock::now() - killed < std::chrono::seconds(2)) {
+      now = sample();
+      if (now.busy(survivor_pid) >= survivor_before + 5000) {
+        resumed_s = seconds_between(killed, now.at);
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    tenants_.erase(tenants_.begin());  // reaps the victim
+    // From 1 s after the kill, the survivor alone: the whole device.
+    std::this_thread::sleep_until(killed + milliseconds(1000));
+    WindowResult alone = measure(milliseconds(1000));
+    const auto victim_status = broker_tenant_state("victim");
+    stop_all();
+    std::ostringstream s;
+    s << "victim killed " << what << "; survivor resumed " << std::fixed << std::setprecision(3) << resumed_s
+      << " s after the kill; from +1 s: " << alone.summary << "\n    the dead victim's ledger: waiting "
+      << victim_ledger->devices[0].waiting.load() << ", broker: " << victim_status;
+    log("kill", s.str());
+    ASSERT_GE(resumed_s, 0) << "the survivor never ran again: " << now.raw;
+    EXPECT_LE(resumed_s, 1.0) << s.str();
+    EXPECT_GE(alone.utilisation, 0.9) << "the survivor does not get the whole device: " << s.str();
   }
-  // And then it has the device to itself.
-  tenants_.erase(tenants_.begin());  // reaps the victim
-  WindowResult alone = measure(milliseconds(1000));
-  stop_all();
-  std::ostringstream s;
-  s << "survivor resumed " << std::fixed << std::setprecision(3) << resumed_s << " s after the kill; then "
-    << alone.summary;
-  log("kill", s.str());
-  ASSERT_GE(resumed_s, 0) << "the survivor never ran again: " << now.raw;
-  EXPECT_LE(resumed_s, 1.0) << s.str();
-  EXPECT_GE(alone.utilisation, 0.9) << s.str();
+
+  // "STATE, GPU-TIME s, processes N" of a tenant in the broker's status.
+  std::string broker_tenant_state(const std::string& name) {
+    ProcessResult r = cli({"status", "--json"});
+    auto doc = nlohmann::json::parse(r.out, nullptr, false);
+    if (doc.is_discarded() || !doc.contains("tenants")) return "?";
+    for (const auto& t : doc["tenants"]) {
+      if (t["name"] != name) continue;
+      const auto& d = t["devices"][0];
+      std::ostringstream s;
+      s << d.value("compute_state", std::string("?")) << ", measured share "
+        << pct(d.value("compute_measured_share", 0.0)) << ", " << t["processes"].size() << " processes";
+      return s.str();
+    }
+    return "?";
+  }
+};
+
+TEST_F(ComputeKill, ATenantKilledWhileHoldingTheGpuDoesNotStallTheOthers) {
+  kill_and_watch("while holding the GPU", true);
+}
+
+// Disabled until fixed (a broker bug): a process SIGKILLed while one of its threads is
+// blocked at the launch gate leaves its tenant's ledger counter `waiting` at 1 forever,
+// and the broker keeps granting the tenant, which has no process left, its slices: the
+// survivor gets ~49 % of the device indefinitely (measured for 11 s). The holding case
+// above hits the same when the victim's slice had just been revoked (about 1 run in 6).
+// Run: fracgpu_compute_integration_tests --gtest_also_run_disabled_tests
+//      --gtest_filter='ComputeKill.DISABLED_*'
+TEST_F(ComputeKill, DISABLED_ATenantKilledWhileWaitingForTheGpuDoesNotKeepItsTurn) {
+  kill_and_watch("while waiting at the launch gate", false);
 }
 
 }  // namespace
