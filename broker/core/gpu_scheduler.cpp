@@ -19,7 +19,7 @@ constexpr double kMinBurstPeriodNs = 300'000;
 constexpr double kMaxBurstPeriodNs = 100'000'000;
 constexpr double kMinGuardLeadNs = 30'000;
 constexpr double kMinGuardLateNs = 300'000;
-constexpr double kGuardSettleNs = 100'000;
+constexpr double kGuardSettleNs = 30'000;
 
 }  // namespace
 
