@@ -16,20 +16,13 @@ constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
 constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
 constexpr int64_t kGuardLateNs = 200'000;    // a burst later than predicted by this much: stop holding back
 constexpr int64_t kGuardPollNs = 20'000;
-constexpr int64_t kGuardSpinNs = 100'000;  // poll without sleeping this close to the awaited moment
 constexpr uint64_t kMaxGuardHoldNs = 2'000'000;  // never hold past a burst's start longer than this
 
-// One step of waiting for `now` to pass a point: a short sleep while `sleep_until` is
-// ahead, a CPU pause (spin) after it.
-void pause_until(int64_t now, int64_t sleep_until) noexcept {
-  if (now < sleep_until) {
-    const timespec pause{0, std::min<int64_t>(kGuardPollNs, sleep_until - now)};
-    clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
-  } else {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
+// One step of waiting: a short sleep (never a spin: the thread it would take the CPU
+// from may be the very tenant being waited for, on a small machine).
+void pause_briefly() noexcept {
+  const timespec pause{0, kGuardPollNs};
+  clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
 }
 
 int64_t monotonic_ns() noexcept {
@@ -138,20 +131,16 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead) + allowed) return;
   // Hold back until the burst has been seen (the broker predicts the next one) or is overdue,
   // then until its launches are in.
-  // Sleeps until close to the predicted burst, then polls without sleeping: a sleep's
-  // wake-up (timer slack, ~50 us) would be GPU time the batch loses every burst.
   uint64_t seen = 0;
-  while ((seen = quota.guard_next_ns.load(std::memory_order_acquire)) == static_cast<uint64_t>(next)) {
-    const int64_t t = monotonic_ns();
-    if (t >= late) break;
-    pause_until(t, next - lead - kGuardSpinNs);
-  }
+  while ((seen = quota.guard_next_ns.load(std::memory_order_acquire)) == static_cast<uint64_t>(next) &&
+         monotonic_ns() < late)
+    pause_briefly();
   const uint64_t period = quota.guard_period_ns.load(std::memory_order_relaxed);
   const int64_t hold = static_cast<int64_t>(std::min<uint64_t>(quota.guard_hold_ns.load(std::memory_order_relaxed),
                                                                kMaxGuardHoldNs));
   if (seen == static_cast<uint64_t>(next) || seen == 0 || period == 0 || seen < period) return;
   const int64_t until = static_cast<int64_t>(seen - period) + hold;
-  for (int64_t t = monotonic_ns(); t < until; t = monotonic_ns()) pause_until(t, until - kGuardSpinNs);
+  while (monotonic_ns() < until) pause_briefly();
 }
 
 // Synchronises every context this process launched into on the GPU since the last drain.
