@@ -1,0 +1,176 @@
+// What compute scheduling adds to a kernel launch, on the simulated GPU:
+//  * BM_GateFastPath — the per-launch work of a granted tenant on its own: the grant
+//    word check (GrantGate::unchanged) and the in-flight limiter's count
+//    (InflightLimiter::after_launch, fencing every 4096th launch through stub driver
+//    calls), in process memory;
+//  * BM_EmptyLaunch/direct and /shim_tenant — an empty-kernel launch straight into the
+//    simulated driver and through the shim as the only, granted tenant of a private
+//    fracgpu-broker (the difference is the shim's whole launch path: wrapper, device
+//    lookup, gate, limiter). hook_overhead_bench measures the same launch through the
+//    shim without a tenant.
+// Figures in docs/benchmarks.md. Run: build/bin/fracgpu_launch_gate_bench --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "grant_gate.h"
+#include "inflight_limiter.h"
+
+extern char** environ;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "launch bench: %s\n", what.c_str());
+  std::abort();
+}
+
+// Stub driver calls for the limiter: every fence completes at once, 1 us apart.
+CUresult stub_ctx(CUcontext* ctx) {
+  *ctx = reinterpret_cast<CUcontext>(0x1);
+  return CUDA_SUCCESS;
+}
+CUresult stub_create(CUevent* e, unsigned) {
+  static uintptr_t next = 0x100;
+  *e = reinterpret_cast<CUevent>(next++);
+  return CUDA_SUCCESS;
+}
+CUresult stub_record(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult stub_query(CUevent) { return CUDA_SUCCESS; }
+CUresult stub_sync(CUevent) { return CUDA_SUCCESS; }
+CUresult stub_elapsed(float* ms, CUevent, CUevent) {
+  *ms = 0.001f;
+  return CUDA_SUCCESS;
+}
+CUresult stub_destroy(CUevent) { return CUDA_SUCCESS; }
+CUresult stub_capturing(CUstream, CUstreamCaptureStatus* s) {
+  *s = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+void BM_GateFastPath(benchmark::State& state) {
+  auto quota = std::make_unique<fracgpu::TenantQuota>();
+  auto ledger = std::make_unique<fracgpu::TenantLedger>();
+  quota->devices[0].grant_word.store(fracgpu::make_grant_word(7, true, false));
+  fracgpu::Doorbell doorbell;
+  fracgpu::GrantGate gate;
+  gate.bind(&quota->devices[0], &ledger->devices[0], &ledger->schedule[0][0], &doorbell);
+  bool new_epoch = false;
+  gate.pass_slow(nullptr, nullptr, &new_epoch);  // acknowledge the grant once
+  static const fracgpu::FenceOps ops = [] {
+    fracgpu::FenceOps o;
+    o.ctx_get_current = stub_ctx;
+    o.event_create = stub_create;
+    o.event_record = stub_record;
+    o.event_query = stub_query;
+    o.event_synchronize = stub_sync;
+    o.event_elapsed = stub_elapsed;
+    o.event_destroy = stub_destroy;
+    o.stream_is_capturing = stub_capturing;
+    return o;
+  }();
+  fracgpu::InflightLimiter limiter;
+  limiter.init(&ops);
+  for (auto _ : state) {
+    if (!gate.unchanged()) gate.pass_slow(nullptr, nullptr, &new_epoch);
+    limiter.after_launch(nullptr, gate.inflight_limit_us());
+  }
+  benchmark::DoNotOptimize(limiter.launches());
+}
+
+// A private broker with one tenant ("bench") on the simulated GPU.
+struct TenantBroker {
+  std::string dir = "/tmp/fracgpu-launch-bench-" + std::to_string(getpid());
+  pid_t pid = -1;
+
+  TenantBroker() {
+    std::string run = dir + "/run", state = dir + "/state", driver = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+    const char* argv[] = {FRACGPU_BROKER, "--run-dir", run.c_str(), "--state-dir", state.c_str(), "--driver",
+                          driver.c_str(), "--log-level", "warn", nullptr};
+    if (posix_spawn(&pid, FRACGPU_BROKER, nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+      fail("cannot start the broker");
+    const std::string create =
+        std::string(FRACGPU_CLI) + " --run-dir " + run + " tenant create bench --memory 4GiB --gpu 0 > /dev/null";
+    for (int i = 0; std::system(create.c_str()) != 0; ++i) {
+      if (i > 100) fail("cannot create the tenant");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    setenv("FRACGPU_SOCKET", (run + "/tenants/bench/broker.sock").c_str(), 1);
+  }
+  ~TenantBroker() {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    std::system(("rm -rf " + dir).c_str());
+  }
+};
+
+struct Setup {
+  std::string shm = "/fracgpu-launch-bench-" + std::to_string(getpid());
+  std::unique_ptr<TenantBroker> broker;
+  void* driver = nullptr;
+  void* shim = nullptr;
+  CUfunction empty = nullptr;
+
+  Setup() {
+    setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
+    setenv("FAKECUDA_MEMORY", "8GiB", 1);
+    setenv("FRACGPU_REAL_DRIVER", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", 1);
+    broker = std::make_unique<TenantBroker>();
+    driver = dlopen(FRACGPU_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    shim = dlopen(FRACGPU_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (driver == nullptr || shim == nullptr) fail(std::string("dlopen: ") + dlerror());
+    auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(shim, "cuInit"));
+    auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(shim, "cuDevicePrimaryCtxRetain"));
+    auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(driver, "cuCtxSetCurrent"));
+    auto load = reinterpret_cast<decltype(&cuModuleLoadData)>(dlsym(driver, "cuModuleLoadData"));
+    auto get = reinterpret_cast<decltype(&cuModuleGetFunction)>(dlsym(driver, "cuModuleGetFunction"));
+    CUcontext ctx = nullptr;
+    CUmodule module = nullptr;
+    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
+        load(&module, "bench") != CUDA_SUCCESS || get(&empty, module, "fracgpu_fake_empty") != CUDA_SUCCESS)
+      fail("CUDA set-up through the shim failed (is the tenant registered?)");
+  }
+  ~Setup() { shm_unlink(shm.c_str()); }
+};
+
+Setup& setup() {
+  static Setup s;
+  return s;
+}
+
+void BM_EmptyLaunch(benchmark::State& state, bool via_shim) {
+  void* lib = via_shim ? setup().shim : setup().driver;
+  auto launch = reinterpret_cast<decltype(&cuLaunchKernel)>(dlsym(lib, "cuLaunchKernel"));
+  auto sync = reinterpret_cast<decltype(&cuCtxSynchronize)>(dlsym(setup().driver, "cuCtxSynchronize"));
+  int64_t n = 0;
+  for (auto _ : state) {
+    if (launch(setup().empty, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) != CUDA_SUCCESS)
+      state.SkipWithError("launch failed");
+    if (++n % 1024 == 0) {  // keep the simulated queue short, as a real one is bounded
+      state.PauseTiming();
+      sync();
+      state.ResumeTiming();
+    }
+  }
+  sync();
+}
+
+}  // namespace
+
+BENCHMARK(BM_GateFastPath);
+BENCHMARK_CAPTURE(BM_EmptyLaunch, direct, false);
+BENCHMARK_CAPTURE(BM_EmptyLaunch, shim_tenant, true);
+
+BENCHMARK_MAIN();
