@@ -27,7 +27,11 @@ class LedgerPort final : public SchedulingPort {
   LedgerPort(TenantQuota& quota, TenantLedger& ledger, std::size_t index)
       : quota_(quota.devices[index]), usage_(ledger.devices[index]), ledger_(ledger), index_(index) {}
 
-  uint32_t waiting() const override { return usage_.waiting.load(); }
+  uint32_t waiting() const override {  // live processes only: a dead waiter's count dies with it
+    uint32_t total = 0;
+    for_live([&](uint32_t slot) { total += ledger_.schedule[slot][index_].waiting.load(); });
+    return total;
+  }
   bool launched_since(uint32_t epoch) const override {
     bool found = false;
     for_live([&](uint32_t slot) {

@@ -97,6 +97,11 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
     if (state_of(s) != SlotState::kFree) continue;
     clear_usage(s);
     s.op_seq.store(0);
+    for (SlotSchedule& sched : ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
+      sched.launched_epoch.store(0);
+      sched.drained_epoch.store(0);
+      sched.waiting.store(0);
+    }
     s.pid.store(pid);
     s.start_time.store(start_time);
     s.state.store(static_cast<uint32_t>(SlotState::kLive));  // last: publishes the slot

@@ -46,7 +46,9 @@
 //  * SlotSchedule.drained_epoch: after a revoke the process synchronises the contexts
 //    it launched into and stores the revoke's epoch; the broker hands the GPU on when
 //    every live slot that launched during the grant has drained (or died).
-//  * DeviceUsage.waiting counts threads blocked at the gate (a hint for the broker).
+//  * SlotSchedule.waiting counts the process's threads blocked at the gate; the broker
+//    sums live slots only, so waiters of a process that died vanish with its slot.
+//    (DeviceUsage.waiting is kept as a tenant-wide total for monitoring.)
 //  * Burst guard: a high tenant's process stores the CLOCK_MONOTONIC time of the first
 //    launch after a pause (DeviceUsage.burst_start_ns) and rings the doorbell. When
 //    those bursts come at a regular period, the broker publishes the predicted next
@@ -150,6 +152,8 @@ struct alignas(64) ProcessSlot {
 struct SlotSchedule {
   std::atomic<uint32_t> launched_epoch;  // last grant epoch in which it launched
   std::atomic<uint32_t> drained_epoch;   // last revoke epoch it has drained for
+  std::atomic<uint32_t> waiting;         // its threads blocked at the launch gate
+  uint32_t reserved;
 };
 
 struct TenantLedger {
@@ -179,9 +183,9 @@ static_assert(offsetof(DeviceUsage, waiting) == 32);
 static_assert(offsetof(DeviceUsage, burst_start_ns) == 40);
 static_assert(offsetof(DeviceQuota, guard_next_ns) == 112);
 static_assert(offsetof(DeviceQuota, guard_period_ns) == 120);  // same cache line as grant_word
-static_assert(sizeof(SlotSchedule) == 8);
+static_assert(sizeof(SlotSchedule) == 16);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
-static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 8);
+static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);
 
 // A mapping is usable when magic and major match and it is at least as large as we expect.
 inline bool quota_layout_ok(const TenantQuota& q, std::size_t mapped) {

@@ -52,7 +52,8 @@ void GrantGate::pass_slow(CaptureProbe probe, void* probe_context, bool* new_epo
 }
 
 bool GrantGate::wait_for_grant(uint32_t word) noexcept {
-  usage_->waiting.fetch_add(1, std::memory_order_seq_cst);
+  slot_->waiting.fetch_add(1, std::memory_order_seq_cst);
+  usage_->waiting.fetch_add(1, std::memory_order_relaxed);
   bool reachable = doorbell_->ring();
   int64_t now = monotonic_ns();
   int64_t last_ring = now;
@@ -75,7 +76,8 @@ bool GrantGate::wait_for_grant(uint32_t word) noexcept {
       break;
     }
   }
-  usage_->waiting.fetch_sub(1, std::memory_order_seq_cst);
+  usage_->waiting.fetch_sub(1, std::memory_order_relaxed);
+  slot_->waiting.fetch_sub(1, std::memory_order_seq_cst);
   return (word & kGrantGranted) != 0;
 }
 

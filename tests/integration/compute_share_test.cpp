@@ -524,14 +524,11 @@ TEST_F(ComputeKill, ATenantKilledWhileHoldingTheGpuDoesNotStallTheOthers) {
   kill_and_watch("while holding the GPU", true);
 }
 
-// Disabled until fixed (a broker bug): a process SIGKILLed while one of its threads is
-// blocked at the launch gate leaves its tenant's ledger counter `waiting` at 1 forever,
-// and the broker keeps granting the tenant, which has no process left, its slices: the
-// survivor gets ~49 % of the device indefinitely (measured for 11 s). The holding case
-// above hits the same when the victim's slice had just been revoked (about 1 run in 6).
-// Run: fracgpu_compute_integration_tests --gtest_also_run_disabled_tests
-//      --gtest_filter='ComputeKill.DISABLED_*'
-TEST_F(ComputeKill, DISABLED_ATenantKilledWhileWaitingForTheGpuDoesNotKeepItsTurn) {
+// A process SIGKILLed while one of its threads is blocked at the launch gate: its
+// waiting count lives in its own slot, so the broker stops counting it the moment the
+// process is seen dead and the survivor gets the device (this once kept ~49 % of it
+// for the dead tenant, when waiting was one tenant-wide counter).
+TEST_F(ComputeKill, ATenantKilledWhileWaitingForTheGpuDoesNotKeepItsTurn) {
   kill_and_watch("while waiting at the launch gate", false);
 }
 
