@@ -81,13 +81,17 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
 }  // namespace
 
 void add_quota_flags(CLI::App& app, QuotaFlags& f, bool memory_required) {
-  auto* memory = app.add_option("--memory", f.memory, "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824)");
+  auto* memory = app.add_option("--memory", f.memory,
+                                "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824), or per device: "
+                                "0=8GiB,1=4GiB");
   if (memory_required) memory->required();
-  app.add_option("--memory-request", f.memory_request, "Guaranteed memory per GPU (default: the cap)");
+  app.add_option("--memory-request", f.memory_request,
+                 "Guaranteed memory per GPU (default: the cap), or per device: 0=4GiB,1=0");
   app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")->delimiter(',');
-  app.add_option("--compute", f.compute, "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100)");
+  app.add_option("--compute", f.compute,
+                 "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100), or per device: 0=70,1=30");
   app.add_option("--compute-limit", f.compute_limit,
-                 "Hard compute ceiling, 1-100% of the GPU, or none (default none)");
+                 "Hard compute ceiling, 1-100% of the GPU, or none (default none), or per device: 0=50,1=none");
   app.add_option("--priority", f.priority, "high, normal or low (default normal)");
 }
 
@@ -104,16 +108,120 @@ Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {
   return seen;
 }
 
+Result<PerDevice> parse_per_device(const std::string& text, const std::string& flag) {
+  PerDevice result;
+  if (text.find('=') == std::string::npos) {
+    result.single = text;
+    return result;
+  }
+  result.is_map = true;
+  const std::string example = flag == "--compute" || flag == "--compute-limit" ? "0=70,1=30" : "0=8GiB,1=4GiB";
+  size_t start = 0;
+  for (;;) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string entry = text.substr(start, end - start);
+    const size_t eq = entry.find('=');
+    const std::string key = eq == std::string::npos ? entry : entry.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    const bool digits = !key.empty() && key.size() <= 2 &&
+                        std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    if (!digits || value.empty() || value.find('=') != std::string::npos) {
+      return Result<PerDevice>::failure(flag + " entry '" + entry.substr(0, 40) + "' must be GPU=VALUE (e.g. " + flag +
+                                        " " + example + ")");
+    }
+    const unsigned gpu = static_cast<unsigned>(std::stoul(key));
+    if (gpu >= 16) return Result<PerDevice>::failure(flag + ": " + key + " is not a GPU index (0-15)");
+    for (const auto& [seen, unused] : result.entries) {
+      (void)unused;
+      if (seen == gpu) return Result<PerDevice>::failure(flag + " names GPU " + key + " twice");
+    }
+    result.entries.emplace_back(gpu, value);
+    if (end == text.size()) break;
+    start = end + 1;
+  }
+  return result;
+}
+
+namespace {
+
+std::string gpu_list_text(const std::vector<unsigned>& gpus) {
+  std::string text;
+  for (unsigned g : gpus) text += (text.empty() ? "" : ",") + std::to_string(g);
+  return text;
+}
+
+// The value of a per-device flag for one GPU: the single value, the map's entry, or ""
+// when the map has none for this GPU.
+std::string value_for(const PerDevice& v, unsigned gpu) {
+  if (!v.is_map) return v.single;
+  for (const auto& [g, value] : v.entries)
+    if (g == gpu) return value;
+  return "";
+}
+
+}  // namespace
+
 Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial) {
-  auto common = common_fields(flags, partial);
-  if (!common) return common;
+  struct Flag {
+    const std::string* text;
+    const char* name;
+    PerDevice parsed;
+  };
+  Flag per_device[] = {{&flags.memory, "--memory", {}},
+                       {&flags.memory_request, "--memory-request", {}},
+                       {&flags.compute, "--compute", {}},
+                       {&flags.compute_limit, "--compute-limit", {}}};
+  bool any_map = false;
+  for (Flag& f : per_device) {
+    auto parsed = parse_per_device(*f.text, f.name);
+    if (!parsed) return Result<json>::failure(parsed.error());
+    f.parsed = std::move(*parsed);
+    any_map = any_map || f.parsed.is_map;
+    for (const auto& [g, value] : f.parsed.entries) {
+      (void)value;
+      if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) {
+        return Result<json>::failure(std::string(f.name) + " names GPU " + std::to_string(g) +
+                                     ", which is not one of the tenant's GPUs (--gpu " + gpu_list_text(gpus) + ")");
+      }
+    }
+  }
+  // A tenant created with a per-device --memory needs a cap on each of its GPUs.
+  if (!partial && per_device[0].parsed.is_map) {
+    for (unsigned g : gpus) {
+      if (value_for(per_device[0].parsed, g).empty()) {
+        return Result<json>::failure("--memory gives no cap for GPU " + std::to_string(g) + " (--gpu " +
+                                     gpu_list_text(gpus) + "); every GPU of the tenant needs one");
+      }
+    }
+  }
   json list = json::array();
   for (unsigned g : gpus) {
-    json d = *common;
-    d["gpu"] = g;
-    list.push_back(std::move(d));
+    QuotaFlags one = flags;
+    one.memory = value_for(per_device[0].parsed, g);
+    one.memory_request = value_for(per_device[1].parsed, g);
+    one.compute = value_for(per_device[2].parsed, g);
+    one.compute_limit = value_for(per_device[3].parsed, g);
+    auto d = common_fields(one, partial);
+    if (!d) return Result<json>::failure(any_map ? "GPU " + std::to_string(g) + ": " + d.error() : d.error());
+    // A per-device change leaves the GPUs it does not name alone.
+    if (partial && any_map && d->empty()) continue;
+    (*d)["gpu"] = g;
+    list.push_back(std::move(*d));
   }
   return list;
+}
+
+std::vector<unsigned> per_device_gpus(const QuotaFlags& flags) {
+  std::vector<unsigned> gpus;
+  for (const std::string* text : {&flags.memory, &flags.memory_request, &flags.compute, &flags.compute_limit}) {
+    auto parsed = parse_per_device(*text, "");
+    if (!parsed) continue;
+    for (const auto& [g, value] : parsed->entries) {
+      (void)value;
+      if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
+    }
+  }
+  return gpus;
 }
 
 }  // namespace fracgpu::cli

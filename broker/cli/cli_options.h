@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,9 +35,26 @@ struct QuotaFlags {
 // Adds the flags to a subcommand; --memory is required when `memory_required`.
 void add_quota_flags(CLI::App& app, QuotaFlags& flags, bool memory_required);
 
+// --memory, --memory-request, --compute and --compute-limit take one value for every
+// GPU of the tenant, or a per-device map "GPU=VALUE[,GPU=VALUE...]" (e.g.
+// --memory 0=8GiB,1=4GiB). The map's syntax: each key a GPU index 0-15, given once,
+// each value non-empty (checked further by device_entries).
+struct PerDevice {
+  bool is_map = false;
+  std::string single;                                      // when !is_map
+  std::vector<std::pair<unsigned, std::string>> entries;  // when is_map, in the given order
+};
+Result<PerDevice> parse_per_device(const std::string& text, const std::string& flag);
+
 // Validated device entries, one per GPU (default GPU 0). With `partial`, only the
 // flags that were given appear (for updates); otherwise memory_limit is required.
+// A per-device map may name only GPUs in `gpus`; when creating, a --memory map must
+// name every one of them. In an update, GPUs that no map names and no plain flag
+// changes are left out.
 Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial);
+
+// The GPUs named by the per-device maps of `flags`, in first-seen order (empty if none).
+std::vector<unsigned> per_device_gpus(const QuotaFlags& flags);
 
 // --gpu list: each below 16, no duplicates; empty -> {0}.
 Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given);

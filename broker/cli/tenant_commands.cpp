@@ -3,6 +3,7 @@
 // same update, printing the tenant's row of the `fracgpu top` table afterwards.
 #include "tenant_commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -73,9 +74,14 @@ int send_update(const std::string& run_dir, const std::string& name, const Quota
   if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
   auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{}) : resolve_gpus(flags.gpus);
   if (!given) return fail(2, given.error());
-  auto check = device_entries(flags, {0}, /*partial=*/true);
+  // The flags' syntax, before connecting: against --gpu, or the GPUs a per-device map names.
+  std::vector<unsigned> check_gpus = *given;
+  if (check_gpus.empty()) check_gpus = per_device_gpus(flags);
+  if (check_gpus.empty()) check_gpus = {0};
+  auto check = device_entries(flags, check_gpus, /*partial=*/true);
   if (!check) return fail(2, check.error());
-  if ((*check)[0].size() == 1 && flags.gpus.empty()) return fail(2, "nothing to update: give --memory, --compute ...");
+  const bool changes = std::any_of(check->begin(), check->end(), [](const json& d) { return d.size() > 1; });
+  if (!changes && flags.gpus.empty()) return fail(2, "nothing to update: give --memory, --compute ...");
   auto client = connect_node(run_dir);
   if (!client) return fail(1, client.error());
   auto gpus = given->empty() ? tenant_gpus(*client, name) : given;

@@ -88,5 +88,101 @@ TEST(DeviceEntries, RejectsBadFlags) {
   EXPECT_EQ(*resolve_gpus({}), std::vector<unsigned>{0});
 }
 
+// Per-device values: --memory 0=8GiB,1=4GiB (and --memory-request, --compute,
+// --compute-limit), checked against --gpu before anything runs.
+TEST(DeviceEntries, PerDeviceMapsGiveEachGpuItsOwnValues) {
+  QuotaFlags f;
+  f.memory = "0=8GiB,1=4GiB";
+  f.memory_request = "1=1GiB,0=0";
+  f.compute = "0=70,1=30%";
+  f.compute_limit = "1=50";
+  auto d = device_entries(f, {0, 1}, false);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[0]["gpu"], 0);
+  EXPECT_EQ((*d)[0]["memory_limit"], 8ull << 30);
+  EXPECT_EQ((*d)[0]["memory_request"], 0u);
+  EXPECT_EQ((*d)[0]["compute"], 70);
+  EXPECT_FALSE((*d)[0].contains("compute_limit"));
+  EXPECT_EQ((*d)[1]["gpu"], 1);
+  EXPECT_EQ((*d)[1]["memory_limit"], 4ull << 30);
+  EXPECT_EQ((*d)[1]["memory_request"], 1ull << 30);
+  EXPECT_EQ((*d)[1]["compute"], 30);
+  EXPECT_EQ((*d)[1]["compute_limit"], 50);
+}
+
+TEST(DeviceEntries, PlainValuesAndMapsMix) {
+  QuotaFlags f;
+  f.memory = "0=2GiB,1=3GiB";
+  f.compute = "40";
+  f.priority = "low";
+  auto d = device_entries(f, {1, 0}, false);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ((*d)[0]["gpu"], 1);
+  EXPECT_EQ((*d)[0]["memory_limit"], 3ull << 30);
+  EXPECT_EQ((*d)[1]["memory_limit"], 2ull << 30);
+  EXPECT_EQ((*d)[0]["compute"], 40);
+  EXPECT_EQ((*d)[1]["compute"], 40);
+  EXPECT_EQ((*d)[1]["priority"], "low");
+}
+
+TEST(DeviceEntries, PerDeviceMapErrorsAreClear) {
+  auto error = [](QuotaFlags f, std::vector<unsigned> gpus, bool partial = false) {
+    auto d = device_entries(f, gpus, partial);
+    return d.ok() ? std::string("(accepted)") : d.error();
+  };
+  QuotaFlags f;
+  f.memory = "0=8GiB,1=4GiB";
+  EXPECT_EQ(error(f, {0}), "--memory names GPU 1, which is not one of the tenant's GPUs (--gpu 0)");
+  f.memory = "0=8GiB,0=4GiB";
+  EXPECT_EQ(error(f, {0, 1}), "--memory names GPU 0 twice");
+  f.memory = "0=8GiB";
+  EXPECT_EQ(error(f, {0, 1}), "--memory gives no cap for GPU 1 (--gpu 0,1); every GPU of the tenant needs one");
+  for (const char* bad : {"0=8GiB,", "0=", "=8GiB", "x=8GiB", "0:8GiB,1=4GiB", "0=8GiB;1=4GiB", "0=1=2", "123=1GiB"}) {
+    f.memory = bad;
+    EXPECT_NE(error(f, {0, 1}).find("must be GPU=VALUE"), std::string::npos) << bad << ": " << error(f, {0, 1});
+  }
+  f.memory = "0=8GiB,16=4GiB";
+  EXPECT_EQ(error(f, {0, 1}), "--memory: 16 is not a GPU index (0-15)");
+  f.memory = "0=8GiB,1=4G";  // a malformed size names its GPU
+  EXPECT_EQ(error(f, {0, 1}).rfind("GPU 1: ", 0), 0u) << error(f, {0, 1});
+  f.memory = "0=1GiB,1=4GiB";
+  f.memory_request = "0=2GiB";
+  EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: --memory-request 2GiB is larger than --memory 1GiB", 0), 0u)
+      << error(f, {0, 1});
+  f.memory_request = "1=1GiB";
+  f.compute = "0=101";
+  EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: ", 0), 0u) << error(f, {0, 1});
+  f.compute = "0=70,2=30";
+  EXPECT_EQ(error(f, {0, 1}), "--compute names GPU 2, which is not one of the tenant's GPUs (--gpu 0,1)");
+}
+
+TEST(DeviceEntries, PerDeviceUpdateChangesOnlyTheNamedGpus) {
+  QuotaFlags f;
+  f.compute = "1=80";
+  auto d = device_entries(f, {0, 1}, true);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0]["gpu"], 1);
+  EXPECT_EQ((*d)[0]["compute"], 80);
+  f.memory = "0=1GiB";  // a partial memory map is fine in an update
+  d = device_entries(f, {0, 1}, true);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ(d->size(), 2u);
+  EXPECT_EQ(per_device_gpus(f), (std::vector<unsigned>{0, 1}));
+  EXPECT_TRUE(per_device_gpus(QuotaFlags{}).empty());
+}
+
+TEST(PerDevice, ParsesSingleValuesAndMaps) {
+  auto single = parse_per_device("8GiB", "--memory");
+  ASSERT_TRUE(single.ok());
+  EXPECT_FALSE(single->is_map);
+  EXPECT_EQ(single->single, "8GiB");
+  auto map = parse_per_device("1=4GiB,0=8GiB", "--memory");
+  ASSERT_TRUE(map.ok()) << map.error();
+  EXPECT_TRUE(map->is_map);
+  EXPECT_EQ(map->entries, (std::vector<std::pair<unsigned, std::string>>{{1, "4GiB"}, {0, "8GiB"}}));
+}
+
 }  // namespace
 }  // namespace fracgpu::cli

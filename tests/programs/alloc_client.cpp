@@ -15,6 +15,13 @@
 //   info                          cuMemGetInfo / cuDeviceTotalMem
 //   pairs --bytes N --count K     time K cuMemAlloc+cuMemFree pairs of N bytes (ns per pair,
 //                                 median of 5 rounds after a warm-up round)
+//   devices                       cuDeviceGetCount, and per ordinal: cuDeviceGet, UUID,
+//                                 cuDeviceTotalMem and cuMemGetInfo in its primary context
+//   peers                         peer-access queries between every pair of devices
+//                                 (cuDeviceCanAccessPeer, cuDeviceGetP2PAttribute) and
+//                                 cuCtxEnablePeerAccess/DisablePeerAccess results, by name
+//
+// Every mode takes --device N (default 0): the device ordinal its context is made on.
 #include <cuda.h>
 #include <unistd.h>
 
@@ -37,6 +44,8 @@ struct Args {
   std::string go_file;
   bool hold = false;
 };
+
+int g_device = 0;  // --device
 
 [[noreturn]] void die(const char* what, CUresult rc) {
   const char* name = "?";
@@ -69,6 +78,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--bytes") a.bytes = v;
     else if (k == "--ms") a.ms = static_cast<int>(v);
     else if (k == "--hold") a.hold = v != 0;
+    else if (k == "--device") g_device = static_cast<int>(v);
   }
   return a;
 }
@@ -77,7 +87,7 @@ CUdevice start() {
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDeviceGet(&dev, g_device));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
   return dev;
@@ -326,6 +336,94 @@ int info() {
   return 0;
 }
 
+const char* result_name(CUresult rc) {
+  const char* name = "?";
+  cuGetErrorName(rc, &name);
+  return name;
+}
+
+std::string uuid_text(const CUuuid& uuid) {
+  static const int kGroups[] = {4, 2, 2, 2, 6};
+  std::string text = "GPU-";
+  int byte = 0;
+  for (int g = 0; g < 5; ++g) {
+    if (g > 0) text += '-';
+    for (int i = 0; i < kGroups[g]; ++i, ++byte) {
+      char hex[3];
+      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[byte]));
+      text += hex;
+    }
+  }
+  return text;
+}
+
+int devices() {
+  CHECK(cuInit(0));
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count));
+  std::string out = "{\"count\":" + std::to_string(count) + ",\"devices\":[";
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice dev = -1;
+    CHECK(cuDeviceGet(&dev, ordinal));
+    CUuuid uuid{};
+    CHECK(cuDeviceGetUuid(&uuid, dev));
+    size_t device_total = 0, free_bytes = 0, total = 0;
+    CHECK(cuDeviceTotalMem(&device_total, dev));
+    CUcontext ctx = nullptr;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemGetInfo(&free_bytes, &total));
+    CUdevice current = -1;
+    CHECK(cuCtxGetDevice(&current));
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%s{\"ordinal\":%d,\"device\":%d,\"ctx_device\":%d,\"uuid\":\"%s\",\"device_total\":%zu,"
+                  "\"info_total\":%zu}",
+                  ordinal == 0 ? "" : ",", ordinal, static_cast<int>(dev), static_cast<int>(current),
+                  uuid_text(uuid).c_str(), device_total, total);
+    out += line;
+  }
+  CUdevice beyond = -1;
+  out += "],\"get_beyond\":\"" + std::string(result_name(cuDeviceGet(&beyond, count))) + "\"}";
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
+int peers() {
+  CHECK(cuInit(0));
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count));
+  std::vector<CUcontext> contexts(static_cast<size_t>(count));
+  for (int d = 0; d < count; ++d) CHECK(cuDevicePrimaryCtxRetain(&contexts[static_cast<size_t>(d)], d));
+  std::string out = "{\"count\":" + std::to_string(count) + ",\"pairs\":[";
+  for (int a = 0; a < count; ++a) {
+    for (int b = 0; b < count; ++b) {
+      int can = -1, access = -1, rank = -1;
+      CUresult can_rc = cuDeviceCanAccessPeer(&can, a, b);
+      CUresult access_rc = cuDeviceGetP2PAttribute(&access, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, a, b);
+      CUresult rank_rc = cuDeviceGetP2PAttribute(&rank, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, a, b);
+      CHECK(cuCtxSetCurrent(contexts[static_cast<size_t>(a)]));
+      CUresult enable = cuCtxEnablePeerAccess(contexts[static_cast<size_t>(b)], 0);
+      CUresult again = cuCtxEnablePeerAccess(contexts[static_cast<size_t>(b)], 0);
+      CUresult disable = cuCtxDisablePeerAccess(contexts[static_cast<size_t>(b)]);
+      CUresult disable_again = cuCtxDisablePeerAccess(contexts[static_cast<size_t>(b)]);
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "%s{\"a\":%d,\"b\":%d,\"can_access\":[\"%s\",%d],\"p2p_access\":[\"%s\",%d],"
+                    "\"p2p_rank\":[\"%s\",%d],\"enable\":\"%s\",\"enable_again\":\"%s\",\"disable\":\"%s\","
+                    "\"disable_again\":\"%s\"}",
+                    a + b == 0 ? "" : ",", a, b, result_name(can_rc), can, result_name(access_rc), access,
+                    result_name(rank_rc), rank, result_name(enable), result_name(again), result_name(disable),
+                    result_name(disable_again));
+      out += line;
+    }
+  }
+  int can = -1;
+  out += "],\"out_of_range\":\"" + std::string(result_name(cuDeviceCanAccessPeer(&can, 0, count))) + "\"}";
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -337,6 +435,8 @@ int main(int argc, char** argv) {
   if (a.mode == "info") return info();
   if (a.mode == "pairs") return pairs(a);
   if (a.mode == "lifetimes") return lifetimes(a);
+  if (a.mode == "devices") return devices();
+  if (a.mode == "peers") return peers();
   std::fprintf(stderr, "unknown mode %s\n", a.mode.c_str());
   return 2;
 }

@@ -14,7 +14,7 @@
 //
 //   fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-]
 //                       [--stream-sync-every K] [--stream legacy|created]
-//                       [--think-us T] [--warmup-ms W]
+//                       [--think-us T] [--warmup-ms W] [--device N]
 //
 //   --kernel-us N           kernel length in microseconds, 1..10000000 (default 1000)
 //   --seconds S             run time in seconds, > 0 (default 10)
@@ -26,6 +26,7 @@
 //   --think-us T            latency mode: sleep T microseconds (0..10000000) after each
 //                           request; the report adds "requests" (counted) and
 //                           "latency_us":{"p50","p90","p99","p999","max","mean"}
+//   --device N              the device ordinal to run on, 0..63 (default 0)
 //   --warmup-ms W           latency mode: requests starting in the first W ms (0..600000,
 //                           default 0) run but are not counted
 //
@@ -82,6 +83,7 @@ struct Options {
   bool latency_mode = false;
   unsigned long think_us = 0;
   unsigned long warmup_ms = 0;
+  int device = 0;
 };
 
 std::atomic<bool> g_stop{false};
@@ -92,7 +94,7 @@ void on_signal(int) { g_stop.store(true); }
   std::fprintf(stderr,
                "fracgpu-spin-client: %s\n"
                "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
-               "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W]\n",
+               "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W] [--device N]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -117,6 +119,9 @@ Options parse(int argc, char** argv) {
     if (a == "--kernel-us") {
       if (!parse_unsigned(v, 1, 10'000'000, &n)) usage("--kernel-us must be 1..10000000");
       o.kernel_us = static_cast<uint32_t>(n);
+    } else if (a == "--device") {
+      if (!parse_unsigned(v, 0, 63, &n)) usage("--device must be 0..63");
+      o.device = static_cast<int>(n);
     } else if (a == "--seconds") {
       char* end = nullptr;
       o.seconds = std::strtod(v, &end);
@@ -175,7 +180,7 @@ int main(int argc, char** argv) {
   CUfunction spin = nullptr;
   CUstream stream = nullptr;  // legacy default stream
   CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDeviceGet(&dev, o.device));
   CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CHECK(cuCtxSetCurrent(ctx));
   CHECK(cuModuleLoadData(&module, kSpinPtx));

@@ -21,7 +21,7 @@ CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     std::shared_ptr<Context> context;
-    CUresult status = create_context(driver, static_cast<uint32_t>(dev), flags, false, context);
+    CUresult status = create_context(driver, driver.physical(dev), flags, false, context);
     if (status != CUDA_SUCCESS) return status;
     push_current_context(context->handle());
     *pctx = context->handle();
@@ -61,7 +61,7 @@ template <typename Body>
 CUresult with_primary_device(CUdevice dev, Body&& body) {
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    return body(driver, static_cast<uint32_t>(dev));
+    return body(driver, driver.physical(dev));
   });
 }
 
@@ -191,8 +191,8 @@ extern "C" CUresult fakecuda_impl_cuCtxGetCurrent(CUcontext* pctx) {
 
 extern "C" CUresult fakecuda_impl_cuCtxGetDevice(CUdevice* device) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_context([&](Driver&, Context& context) {
-    *device = static_cast<CUdevice>(context.device());
+  return with_context([&](Driver& driver, Context& context) {
+    *device = static_cast<CUdevice>(driver.ordinal_of(context.device()));
     return CUDA_SUCCESS;
   });
 }
@@ -203,7 +203,7 @@ extern "C" CUresult fakecuda_impl_cuCtxGetDevice_v2(CUdevice* device, CUcontext 
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Context> context = driver.handles.get<Context>(ctx);
     if (!context) return CUDA_ERROR_INVALID_CONTEXT;
-    *device = static_cast<CUdevice>(context->device());
+    *device = static_cast<CUdevice>(driver.ordinal_of(context->device()));
     return CUDA_SUCCESS;
   });
 }

@@ -11,12 +11,13 @@ using namespace fakecuda;
 
 namespace {
 
-// Runs body(Driver&) after validating the device ordinal.
+// Runs body(Driver&, physical device) after validating the device ordinal (an ordinal
+// among the devices CUDA_VISIBLE_DEVICES leaves visible).
 template <typename Body>
 CUresult with_device(CUdevice device, Body&& body) {
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
-    return body(driver);
+    return body(driver, static_cast<int>(driver.physical(device)));
   });
 }
 
@@ -24,7 +25,7 @@ CUresult with_device(CUdevice device, Body&& body) {
 
 extern "C" CUresult fakecuda_impl_cuDeviceGet(CUdevice* device, int ordinal) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(ordinal, [&](Driver&) {
+  return with_device(ordinal, [&](Driver&, int) {
     *device = ordinal;
     return CUDA_SUCCESS;
   });
@@ -40,7 +41,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetCount(int* count) {
 
 extern "C" CUresult fakecuda_impl_cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
+  return with_device(dev, [&](Driver&, int) {
     size_t copy = std::min(std::strlen(kDeviceName), static_cast<size_t>(len) - 1);
     std::memcpy(name, kDeviceName, copy);
     name[copy] = '\0';
@@ -50,8 +51,8 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetName(char* name, int len, CUdevice 
 
 extern "C" CUresult fakecuda_impl_cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
-    *uuid = device_uuid(dev);
+  return with_device(dev, [&](Driver&, int physical) {
+    *uuid = device_uuid(physical);
     return CUDA_SUCCESS;
   });
 }
@@ -63,15 +64,15 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
 extern "C" CUresult fakecuda_impl_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib,
                                                        CUdevice dev) {
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
-    return device_attribute(attrib, dev, *pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return with_device(dev, [&](Driver&, int physical) {
+    return device_attribute(attrib, physical, *pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   });
 }
 
 extern "C" CUresult fakecuda_impl_cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver& driver) {
-    *bytes = driver.memory().capacity(static_cast<uint32_t>(dev));
+  return with_device(dev, [&](Driver& driver, int physical) {
+    *bytes = driver.memory().capacity(static_cast<uint32_t>(physical));
     return CUDA_SUCCESS;
   });
 }
@@ -87,8 +88,8 @@ extern "C" CUresult fakecuda_impl_cuDeviceTotalMem(unsigned int* bytes, CUdevice
 
 extern "C" CUresult fakecuda_impl_cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
-    device_pci_bus_id(dev, pciBusId, len);
+  return with_device(dev, [&](Driver&, int physical) {
+    device_pci_bus_id(physical, pciBusId, len);
     return CUDA_SUCCESS;
   });
 }
@@ -96,9 +97,10 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetPCIBusId(char* pciBusId, int len, C
 extern "C" CUresult fakecuda_impl_cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    int device = device_from_pci_bus_id(pciBusId, static_cast<int>(driver.device_count()));
-    if (device < 0) return CUDA_ERROR_INVALID_DEVICE;
-    *dev = device;
+    int physical = device_from_pci_bus_id(pciBusId, static_cast<int>(driver.physical_device_count()));
+    int ordinal = physical < 0 ? -1 : driver.ordinal_of(static_cast<uint32_t>(physical));
+    if (ordinal < 0) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
     return CUDA_SUCCESS;
   });
 }
@@ -139,7 +141,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetP2PAttribute(int* value, CUdevice_P
 
 extern "C" CUresult fakecuda_impl_cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
+  return with_device(dev, [&](Driver&, int) {
     *major = kComputeMajor;
     *minor = kComputeMinor;
     return CUDA_SUCCESS;
@@ -148,7 +150,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceComputeCapability(int* major, int* min
 
 extern "C" CUresult fakecuda_impl_cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
+  return with_device(dev, [&](Driver&, int) {
     *prop = CUdevprop{};
     prop->maxThreadsPerBlock = 1024;
     prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
@@ -169,7 +171,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetProperties(CUdevprop* prop, CUdevic
 extern "C" CUresult fakecuda_impl_cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType type,
                                                                  CUdevice dev) {
   if (pi == nullptr || type >= CU_EXEC_AFFINITY_TYPE_MAX) return CUDA_ERROR_INVALID_VALUE;
-  return with_device(dev, [&](Driver&) {
+  return with_device(dev, [&](Driver&, int) {
     *pi = 0;  // SM partitioning (green contexts / MPS affinity) is not simulated
     return CUDA_SUCCESS;
   });

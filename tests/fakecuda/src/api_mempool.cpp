@@ -113,7 +113,7 @@ extern "C" CUresult fakecuda_impl_cuMemPoolCreate(CUmemoryPool* pool,
       return CUDA_ERROR_INVALID_VALUE;
     }
     auto created =
-        std::make_shared<MemPool>(static_cast<uint32_t>(poolProps->location.id), *poolProps, false);
+        std::make_shared<MemPool>(driver.physical(poolProps->location.id), *poolProps, false);
     driver.handles.add(created);
     *pool = created->handle();
     return CUDA_SUCCESS;
@@ -169,7 +169,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetDefaultMemPool(CUmemoryPool* pool_o
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     std::lock_guard lock(driver.pools_mutex);
-    *pool_out = driver.default_pools[dev];
+    *pool_out = driver.default_pools[driver.physical(dev)];
     return CUDA_SUCCESS;
   });
 }
@@ -179,7 +179,7 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetMemPool(CUmemoryPool* pool, CUdevic
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     std::lock_guard lock(driver.pools_mutex);
-    *pool = driver.current_pools[dev];
+    *pool = driver.current_pools[driver.physical(dev)];
     return CUDA_SUCCESS;
   });
 }
@@ -188,9 +188,9 @@ extern "C" CUresult fakecuda_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool 
   return with_driver([&](Driver& driver) {
     if (!driver.valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
     std::shared_ptr<MemPool> found = driver.handles.get<MemPool>(pool);
-    if (!found || found->device() != static_cast<uint32_t>(dev)) return CUDA_ERROR_INVALID_VALUE;
+    if (!found || found->device() != driver.physical(dev)) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard lock(driver.pools_mutex);
-    driver.current_pools[dev] = pool;
+    driver.current_pools[driver.physical(dev)] = pool;
     return CUDA_SUCCESS;
   });
 }

@@ -51,7 +51,7 @@ CUresult read_attribute(const Allocation& a, CUpointer_attribute attribute, void
       put(data, a.kind == MemoryKind::Managed ? 1 : 0);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      put(data, static_cast<int>(a.device));
+      put(data, current_driver()->ordinal_of(a.device));  // an ordinal of this process
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       put(data, a.kind == MemoryKind::Device ? 1 : 0);

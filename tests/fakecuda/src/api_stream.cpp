@@ -148,8 +148,8 @@ CUresult stream_id(CUstream hStream, unsigned long long* id) {
 
 CUresult stream_device(CUstream hStream, CUdevice* device) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_stream(hStream, [&](Driver&, Stream& stream) {
-    *device = static_cast<CUdevice>(stream.device());
+  return with_stream(hStream, [&](Driver& driver, Stream& stream) {
+    *device = static_cast<CUdevice>(driver.ordinal_of(stream.device()));
     return CUDA_SUCCESS;
   });
 }

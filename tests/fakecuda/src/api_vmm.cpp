@@ -17,7 +17,10 @@ extern "C" CUresult fakecuda_impl_cuMemCreate(CUmemGenericAllocationHandle* hand
         !driver.valid_device(prop->location.id)) {
       return CUDA_ERROR_INVALID_DEVICE;
     }
-    return driver.virtual_memory.create(driver.memory(), size, *prop, *handle);
+    CUmemAllocationProp physical_prop = *prop;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+      physical_prop.location.id = static_cast<int>(driver.physical(prop->location.id));
+    return driver.virtual_memory.create(driver.memory(), size, physical_prop, *handle);
   });
 }
 
@@ -97,8 +100,12 @@ extern "C" CUresult fakecuda_impl_cuMemGetAllocationGranularity(
 extern "C" CUresult fakecuda_impl_cuMemGetAllocationPropertiesFromHandle(
     CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
   if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return with_driver(
-      [&](Driver& driver) { return driver.virtual_memory.properties(handle, *prop); });
+  return with_driver([&](Driver& driver) {
+    CUresult status = driver.virtual_memory.properties(handle, *prop);
+    if (status == CUDA_SUCCESS && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+      prop->location.id = driver.ordinal_of(static_cast<uint32_t>(prop->location.id));
+    return status;
+  });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,

@@ -4,10 +4,13 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 
 #include "array.h"
 #include "context.h"
+#include "device_attributes.h"
 #include "device_memory.h"
 #include "mem_pool.h"
 
@@ -43,6 +46,69 @@ void install_fork_handler() {
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, forget_driver_in_child); });
 }
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
+std::string uuid_text(const CUuuid& uuid) {
+  static const int kGroups[] = {4, 2, 2, 2, 6};
+  std::string text = "GPU-";
+  int byte = 0;
+  for (int g = 0; g < 5; ++g) {
+    if (g > 0) text += '-';
+    for (int i = 0; i < kGroups[g]; ++i, ++byte) {
+      char hex[3];
+      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[byte]));
+      text += hex;
+    }
+  }
+  return text;
+}
+
+// CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of device
+// indexes or UUIDs ("GPU-" + a unique prefix of the UUID, case-insensitive); the list
+// ends at the first entry that names no device or repeats one. Unset: every device.
+uint32_t parse_visible_devices(const char* text, uint32_t physical_count,
+                               std::array<uint32_t, kMaxDevices>& visible) {
+  if (text == nullptr) {
+    for (uint32_t d = 0; d < physical_count; ++d) visible[d] = d;
+    return physical_count;
+  }
+  uint32_t count = 0;
+  std::string list(text);
+  size_t start = 0;
+  while (start <= list.size() && count < kMaxDevices) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string entry = list.substr(start, end - start);
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.front()))) entry.erase(0, 1);
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.back()))) entry.pop_back();
+    int found = -1;
+    if (!entry.empty() && std::isdigit(static_cast<unsigned char>(entry[0]))) {
+      char* rest = nullptr;
+      unsigned long index = std::strtoul(entry.c_str(), &rest, 10);
+      if (*rest == '\0' && index < physical_count) found = static_cast<int>(index);
+    } else if (entry.size() > 4) {
+      std::string lower = entry;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (uint32_t d = 0; d < physical_count; ++d) {
+        std::string name = uuid_text(device_uuid(static_cast<int>(d)));
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (name.compare(0, lower.size(), lower) != 0) continue;
+        if (found >= 0) {  // ambiguous prefix
+          found = -1;
+          break;
+        }
+        found = static_cast<int>(d);
+      }
+    }
+    if (found < 0) break;
+    bool repeated = false;
+    for (uint32_t i = 0; i < count; ++i) repeated = repeated || visible[i] == static_cast<uint32_t>(found);
+    if (repeated) break;
+    visible[count++] = static_cast<uint32_t>(found);
+    start = end + 1;
+  }
+  return count;
+}
+
 }  // namespace
 
 bool Driver::start(std::string& error) {
@@ -56,7 +122,8 @@ bool Driver::start(std::string& error) {
   pid_ = processes_->slot(process_slot_).pid;
   start_time_ = processes_->slot(process_slot_).start_time;
   memory_ = std::make_unique<MemoryAccounting>(segment_.layout(), processes_.get(), process_slot_);
-  for (uint32_t device = 0; device < device_count(); ++device) {
+  visible_count_ = parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), physical_device_count(), visible_);
+  for (uint32_t device = 0; device < physical_device_count(); ++device) {
     auto pool = std::make_shared<MemPool>(device, default_pool_props(device), true);
     default_pools[device] = current_pools[device] = pool->handle();
     handles.add(pool);
@@ -104,6 +171,10 @@ CUresult initialize_driver(unsigned flags) {
   if (!driver->start(error)) {
     std::fprintf(stderr, "%s: cuInit failed: %s\n", kLogPrefix, error.c_str());
     return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  if (driver->device_count() == 0) {  // CUDA_VISIBLE_DEVICES hides every device
+    driver->stop();
+    return CUDA_ERROR_NO_DEVICE;
   }
   g_driver.store(driver.release(), std::memory_order_release);
   return CUDA_SUCCESS;

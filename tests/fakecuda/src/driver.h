@@ -43,9 +43,22 @@ class Driver {
   void stop();
 
   SegmentLayout* layout() const { return segment_.layout(); }
-  uint32_t device_count() const { return layout()->device_count; }
-  bool valid_device(int device) const {
-    return device >= 0 && static_cast<uint32_t>(device) < device_count();
+  // Devices as this process sees them: CUDA_VISIBLE_DEVICES (indexes or GPU-UUIDs,
+  // read once at cuInit) selects and orders the simulated devices, like the real
+  // driver. A CUdevice is an ordinal among the visible devices; everything inside the
+  // driver (contexts, memory, engine, status) uses the physical device index.
+  uint32_t device_count() const { return visible_count_; }
+  uint32_t physical_device_count() const { return layout()->device_count; }
+  bool valid_device(int ordinal) const {
+    return ordinal >= 0 && static_cast<uint32_t>(ordinal) < device_count();
+  }
+  // Physical index of a valid ordinal.
+  uint32_t physical(int ordinal) const { return visible_[static_cast<size_t>(ordinal)]; }
+  // Ordinal of a physical device, or -1 when this process does not see it.
+  int ordinal_of(uint32_t physical_device) const {
+    for (uint32_t i = 0; i < visible_count_; ++i)
+      if (visible_[i] == physical_device) return static_cast<int>(i);
+    return -1;
   }
   uint64_t context_footprint() const { return layout()->context_footprint_bytes; }
   ProcessRecord& process_record() { return processes_->slot(process_slot_); }
@@ -69,6 +82,8 @@ class Driver {
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<MemoryAccounting> memory_;
   int process_slot_ = -1;
+  std::array<uint32_t, kMaxDevices> visible_{};
+  uint32_t visible_count_ = 0;
   int32_t pid_ = 0;
   uint64_t start_time_ = 0;
   std::atomic<uint64_t> next_id_{1};
