@@ -58,8 +58,10 @@ Environment clean_environment() {
     std::string entry = *e;
     auto eq = entry.find('=');
     std::string key = entry.substr(0, eq);
+    // CUDA_VISIBLE_DEVICES too: the simulated driver honours it, and a runner that sets
+    // it must not change which simulated devices the tests see.
     if (key.rfind("FRACGPU_", 0) == 0 || key.rfind("FAKECUDA_", 0) == 0 || key == "LD_PRELOAD" ||
-        key == "LD_LIBRARY_PATH") {
+        key == "LD_LIBRARY_PATH" || key == "CUDA_VISIBLE_DEVICES") {
       continue;
     }
     env[key] = entry.substr(eq + 1);
