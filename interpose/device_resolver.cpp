@@ -1,6 +1,8 @@
 // Implementation of DeviceResolver and of the resolution of DriverCalls.
 #include "device_resolver.h"
 
+#include "fracgpu/gpu_uuid.h"
+
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -45,15 +47,6 @@ void DeviceResolver::init(const DriverCalls* calls, const TenantQuota* quota) {
   for (auto& entry : cache_) entry.store(kUnknown, std::memory_order_relaxed);
 }
 
-std::string DeviceResolver::format_uuid(const CUuuid& uuid) {
-  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  char text[64];
-  std::snprintf(text, sizeof(text),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return text;
-}
-
 int DeviceResolver::tenant_device(CUdevice ordinal) {
   if (ordinal < 0 || ordinal >= kMaxOrdinals) return kNoTenantDevice;
   int cached = cache_[ordinal].load(std::memory_order_relaxed);
@@ -63,7 +56,7 @@ int DeviceResolver::tenant_device(CUdevice ordinal) {
     return kNoTenantDevice;  // not cached: the driver may answer later (e.g. after cuInit)
   }
   int found = kNoTenantDevice;
-  const std::string text = format_uuid(uuid);
+  const std::string text = format_gpu_uuid(uuid.bytes);
   for (uint32_t i = 0; i < quota_->device_count && i < kMaxDevices; ++i) {
     const DeviceQuota& d = quota_->devices[i];
     if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0) found = static_cast<int>(i);

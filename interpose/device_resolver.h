@@ -27,8 +27,6 @@ class DeviceResolver {
   // The device of the calling thread's current context; false when there is none.
   bool current_device(CUdevice* ordinal);
 
-  static std::string format_uuid(const CUuuid& uuid);
-
  private:
   static constexpr int kMaxOrdinals = 64;
   static constexpr int kUnknown = -2;

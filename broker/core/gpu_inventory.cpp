@@ -11,6 +11,8 @@
 #include <cstdlib>
 
 #include <cuda.h>
+
+#include "fracgpu/gpu_uuid.h"
 #include <cudaTypedefs.h>
 #include <spdlog/spdlog.h>
 
@@ -93,7 +95,7 @@ Result<GpuInfo> describe_gpu(const DriverApi& api, int ordinal, const InventoryO
   if (api.get_name(name, sizeof name - 1, dev) == CUDA_SUCCESS) info.name = name;
   CUuuid uuid{};
   if (CUresult rc = api.get_uuid(&uuid, dev); rc != CUDA_SUCCESS) return Result<GpuInfo>::failure(cu_error("cuDeviceGetUuid", rc));
-  info.uuid = format_gpu_uuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
+  info.uuid = format_gpu_uuid(uuid.bytes);
   size_t total = 0;
   if (CUresult rc = api.total_mem(&total, dev); rc != CUDA_SUCCESS) return Result<GpuInfo>::failure(cu_error("cuDeviceTotalMem", rc));
   info.memory_total = total;
@@ -114,15 +116,6 @@ const GpuInfo* GpuInventory::find(uint32_t index) const {
     if (g.index == index) return &g;
   }
   return nullptr;
-}
-
-std::string format_gpu_uuid(const unsigned char bytes[16]) {
-  char out[48];
-  std::snprintf(out, sizeof out,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", bytes[0], bytes[1],
-                bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9], bytes[10], bytes[11],
-                bytes[12], bytes[13], bytes[14], bytes[15]);
-  return out;
 }
 
 GpuInventory discover_gpus(const InventoryOptions& options) {

@@ -40,6 +40,5 @@ struct GpuInventory {
 GpuInventory discover_gpus(const InventoryOptions& options);
 
 // "GPU-" + 8-4-4-4-12 lowercase hex of the 16 UUID bytes.
-std::string format_gpu_uuid(const unsigned char bytes[16]);
 
 }  // namespace fracgpu::broker

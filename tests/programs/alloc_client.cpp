@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "fracgpu/gpu_uuid.h"
+
 namespace {
 
 struct Args {
@@ -342,21 +344,6 @@ const char* result_name(CUresult rc) {
   return name;
 }
 
-std::string uuid_text(const CUuuid& uuid) {
-  static const int kGroups[] = {4, 2, 2, 2, 6};
-  std::string text = "GPU-";
-  int byte = 0;
-  for (int g = 0; g < 5; ++g) {
-    if (g > 0) text += '-';
-    for (int i = 0; i < kGroups[g]; ++i, ++byte) {
-      char hex[3];
-      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[byte]));
-      text += hex;
-    }
-  }
-  return text;
-}
-
 int devices() {
   CHECK(cuInit(0));
   int count = 0;
@@ -380,7 +367,7 @@ int devices() {
                   "%s{\"ordinal\":%d,\"device\":%d,\"ctx_device\":%d,\"uuid\":\"%s\",\"device_total\":%zu,"
                   "\"info_total\":%zu}",
                   ordinal == 0 ? "" : ",", ordinal, static_cast<int>(dev), static_cast<int>(current),
-                  uuid_text(uuid).c_str(), device_total, total);
+                  fracgpu::format_gpu_uuid(uuid.bytes).c_str(), device_total, total);
     out += line;
   }
   CUdevice beyond = -1;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "array.h"
+#include "fracgpu/gpu_uuid.h"
 #include "context.h"
 #include "device_attributes.h"
 #include "device_memory.h"
@@ -46,22 +47,6 @@ void install_fork_handler() {
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, forget_driver_in_child); });
 }
 
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
-std::string uuid_text(const CUuuid& uuid) {
-  static const int kGroups[] = {4, 2, 2, 2, 6};
-  std::string text = "GPU-";
-  int byte = 0;
-  for (int g = 0; g < 5; ++g) {
-    if (g > 0) text += '-';
-    for (int i = 0; i < kGroups[g]; ++i, ++byte) {
-      char hex[3];
-      std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[byte]));
-      text += hex;
-    }
-  }
-  return text;
-}
-
 // CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list of device
 // indexes or UUIDs ("GPU-" + a unique prefix of the UUID, case-insensitive); the list
 // ends at the first entry that names no device or repeats one. Unset: every device.
@@ -89,7 +74,7 @@ uint32_t parse_visible_devices(const char* text, uint32_t physical_count,
       std::string lower = entry;
       for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       for (uint32_t d = 0; d < physical_count; ++d) {
-        std::string name = uuid_text(device_uuid(static_cast<int>(d)));
+        std::string name = fracgpu::format_gpu_uuid(device_uuid(static_cast<int>(d)).bytes);
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         if (name.compare(0, lower.size(), lower) != 0) continue;
         if (found >= 0) {  // ambiguous prefix
