@@ -12,30 +12,21 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 
+#include "bench_tenant_broker.h"
 #include "grant_gate.h"
 #include "inflight_limiter.h"
 
-extern char** environ;
-
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "launch bench: %s\n", what.c_str());
-  std::abort();
-}
+using fracgpu::bench::fail;
 
 // Stub driver calls for the limiter: every fence completes at once, 1 us apart.
 CUresult stub_ctx(CUcontext* ctx) {
@@ -90,35 +81,9 @@ void BM_GateFastPath(benchmark::State& state) {
   benchmark::DoNotOptimize(limiter.launches());
 }
 
-// A private broker with one tenant ("bench") on the simulated GPU.
-struct TenantBroker {
-  std::string dir = "/tmp/fracgpu-launch-bench-" + std::to_string(getpid());
-  pid_t pid = -1;
-
-  TenantBroker() {
-    std::string run = dir + "/run", state = dir + "/state", driver = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
-    const char* argv[] = {FRACGPU_BROKER, "--run-dir", run.c_str(), "--state-dir", state.c_str(), "--driver",
-                          driver.c_str(), "--log-level", "warn", nullptr};
-    if (posix_spawn(&pid, FRACGPU_BROKER, nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
-      fail("cannot start the broker");
-    const std::string create =
-        std::string(FRACGPU_CLI) + " --run-dir " + run + " tenant create bench --memory 4GiB --gpu 0 > /dev/null";
-    for (int i = 0; std::system(create.c_str()) != 0; ++i) {
-      if (i > 100) fail("cannot create the tenant");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    setenv("FRACGPU_SOCKET", (run + "/tenants/bench/broker.sock").c_str(), 1);
-  }
-  ~TenantBroker() {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-    std::system(("rm -rf " + dir).c_str());
-  }
-};
-
 struct Setup {
   std::string shm = "/fracgpu-launch-bench-" + std::to_string(getpid());
-  std::unique_ptr<TenantBroker> broker;
+  std::unique_ptr<fracgpu::bench::TenantBroker> broker;
   void* driver = nullptr;
   void* shim = nullptr;
   CUfunction empty = nullptr;
@@ -127,7 +92,7 @@ struct Setup {
     setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
     setenv("FAKECUDA_MEMORY", "8GiB", 1);
     setenv("FRACGPU_REAL_DRIVER", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", 1);
-    broker = std::make_unique<TenantBroker>();
+    broker = std::make_unique<fracgpu::bench::TenantBroker>("launch-bench", "4GiB");
     driver = dlopen(FRACGPU_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     shim = dlopen(FRACGPU_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
     if (driver == nullptr || shim == nullptr) fail(std::string("dlopen: ") + dlerror());
