@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/shim_log.h"
+#include "fracgpu/monotonic_clock.h"
 
 namespace fracgpu::shim {
 namespace {
@@ -23,12 +24,6 @@ constexpr uint64_t kMaxGuardHoldNs = 2'000'000;  // never hold past a burst's st
 void pause_briefly() noexcept {
   const timespec pause{0, kGuardPollNs};
   clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
-}
-
-int64_t monotonic_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 struct CaptureQuery {
@@ -49,7 +44,6 @@ bool stream_capturing(void* context) noexcept {
 void ComputePolicy::start(MemoryPolicy& memory, void* driver) {
   auto* policy = new ComputePolicy(memory);
   resolve_fence_ops(driver, &policy->fence_ops_);
-  policy->ctx_get_current_ = policy->fence_ops_.ctx_get_current;
   const std::string& dir = memory.session().directory();
   policy->doorbell_.set_path(dir + "/doorbell");
   for (auto& gpu : policy->gpus_) gpu.limiter.init(&policy->fence_ops_);
@@ -64,7 +58,6 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
   std::lock_guard<std::mutex> lock(prepare_mutex_);
   if (gpu.ready.load(std::memory_order_relaxed)) return;
   TenantSession& session = memory_.session();
-  gpu.index = index;
   gpu.owner = this;
   gpu.gate.bind(&session.quota()->devices[index], &session.ledger_map()->devices[index],
                 &session.ledger_map()->schedule[session.slot()][index], &doorbell_);
@@ -81,7 +74,8 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
 
 void ComputePolicy::note_context(GpuCompute& gpu) noexcept {
   CUcontext ctx = nullptr;
-  if (ctx_get_current_ == nullptr || ctx_get_current_(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  const auto get_current = fence_ops_.ctx_get_current;
+  if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
   std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
   if (std::find(gpu.contexts.begin(), gpu.contexts.end(), ctx) == gpu.contexts.end()) gpu.contexts.push_back(ctx);
 }

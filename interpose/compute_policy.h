@@ -56,7 +56,6 @@ class ComputePolicy {
     InflightLimiter limiter;
     std::mutex contexts_mutex;
     std::vector<CUcontext> contexts;  // launched into since the last drain
-    int index = 0;
     ComputePolicy* owner = nullptr;
     std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
     std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
@@ -80,7 +79,6 @@ class ComputePolicy {
   static inline ComputePolicy* instance_ = nullptr;
   MemoryPolicy& memory_;
   FenceOps fence_ops_;
-  PFN_cuCtxGetCurrent_v4000 ctx_get_current_ = nullptr;
   Doorbell doorbell_;
   std::mutex prepare_mutex_;
   std::array<GpuCompute, kMaxDevices> gpus_;

@@ -1,19 +1,26 @@
 // Implementation of DeviceResolver and of the resolution of DriverCalls.
 #include "device_resolver.h"
 
-#include "fracgpu/gpu_uuid.h"
-
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
 
+#include "fracgpu/gpu_uuid.h"
+
 namespace fracgpu::shim {
+namespace {
+
+// The real driver's `name` into `slot`; null when the driver lacks it (or is absent).
+template <typename Fn>
+void resolve(void* driver, const char* name, Fn* slot) {
+  *slot = reinterpret_cast<Fn>(driver ? dlsym(driver, name) : nullptr);
+}
+
+}  // namespace
 
 void resolve_driver_calls(void* driver, DriverCalls* calls) {
-  auto get = [driver](const char* name, auto* slot) {
-    *slot = reinterpret_cast<std::remove_reference_t<decltype(*slot)>>(driver ? dlsym(driver, name) : nullptr);
-  };
+  auto get = [driver](const char* name, auto* slot) { resolve(driver, name, slot); };
   get("cuDeviceGetCount", &calls->cuDeviceGetCount);
   get("cuDeviceGetUuid_v2", &calls->cuDeviceGetUuid);
   get("cuCtxGetDevice", &calls->cuCtxGetDevice);
@@ -28,9 +35,7 @@ void resolve_driver_calls(void* driver, DriverCalls* calls) {
 }
 
 void resolve_fence_ops(void* driver, FenceOps* ops) {
-  auto get = [driver](const char* name, auto* slot) {
-    *slot = reinterpret_cast<std::remove_reference_t<decltype(*slot)>>(driver ? dlsym(driver, name) : nullptr);
-  };
+  auto get = [driver](const char* name, auto* slot) { resolve(driver, name, slot); };
   get("cuCtxGetCurrent", &ops->ctx_get_current);
   get("cuEventCreate", &ops->event_create);
   get("cuEventRecord", &ops->event_record);

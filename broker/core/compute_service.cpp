@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fracgpu/futex_word.h"
+#include "fracgpu/monotonic_clock.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -101,12 +102,6 @@ ComputeService::~ComputeService() {
   if (timer_fd_ >= 0) ::close(timer_fd_);
 }
 
-int64_t ComputeService::now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 Status ComputeService::start() {
   timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timer_fd_ < 0) return Status::failure(std::string("cannot create the scheduler timer: ") + std::strerror(errno));
@@ -153,7 +148,7 @@ void ComputeService::close_link(TenantLink& link) {
 }
 
 void ComputeService::sync(TenantRegistry& registry) {
-  const int64_t now = now_ns();
+  const int64_t now = monotonic_ns();
   std::map<std::string, bool, std::less<>> present;
   for (Tenant* t : registry.all()) {
     present[t->spec.name] = true;
@@ -196,7 +191,7 @@ void ComputeService::sync(TenantRegistry& registry) {
 }
 
 void ComputeService::run() {
-  const int64_t now = now_ns();
+  const int64_t now = monotonic_ns();
   int64_t next = INT64_MAX;
   for (auto& [gpu, scheduler] : gpus_) next = std::min(next, scheduler.step(now));
   arm(next);
@@ -215,7 +210,7 @@ void ComputeService::arm(int64_t deadline) {
 std::optional<ComputeStatus> ComputeService::status(const std::string& tenant, uint32_t gpu) const {
   auto it = gpus_.find(gpu);
   if (it == gpus_.end()) return std::nullopt;
-  return it->second.status(tenant, now_ns());
+  return it->second.status(tenant, monotonic_ns());
 }
 
 }  // namespace fracgpu::broker

@@ -35,8 +35,6 @@ class ComputeService {
   void poke() { run(); }
   std::optional<ComputeStatus> status(const std::string& tenant, uint32_t gpu) const;
 
-  static int64_t now_ns();
-
  private:
   struct TenantLink;
   void run();

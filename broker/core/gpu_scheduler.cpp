@@ -201,7 +201,13 @@ bool GpuScheduler::high_active(int64_t now) const {
   return false;
 }
 
-bool GpuScheduler::others_waiting(int64_t) const {
+bool GpuScheduler::normal_waiting() const {
+  for (const auto& [name, e] : entries_)
+    if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) return true;
+  return false;
+}
+
+bool GpuScheduler::others_waiting() const {
   for (const auto& [name, e] : entries_)
     if (name != holder_ && !is_high(e.settings) && e.wait_since != 0 && eligible(e)) return true;
   return false;
@@ -210,22 +216,19 @@ bool GpuScheduler::others_waiting(int64_t) const {
 void GpuScheduler::step_holder(int64_t now) {
   Entry& h = entries_.at(holder_);
   if (h.port->launched_since(sample_epoch_)) last_active_ = now;
-  const bool contended = others_waiting(now);
+  const bool contended = others_waiting();
   if (!contended) contended_since_ = now;  // running alone: lent time, not charged to its virtual time
   if (now - last_sample_ >= (contended ? config_.tick_ns : config_.idle_tick_ns)) {
     publish(h, true, false, true);  // sample activity: processes acknowledge the new epoch
     sample_epoch_ = h.epoch;
     last_sample_ = now;
   }
-  bool normal_waiting = false;
-  for (const auto& [name, e] : entries_)
-    if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) normal_waiting = true;
   const int64_t idle_limit =
       contended ? std::max<int64_t>(config_.tick_ns, int64_t{config_.contended_inflight_us} * 1000) : config_.idle_revoke_ns;
   const bool out_of_tokens = h.settings.ceiling_pct > 0 && tokens_now(h, now) <= 0;
   const bool idle = now - last_active_ >= idle_limit;
   const bool slice_over = contended && now >= slice_end_;
-  const bool preempted = h.settings.priority == PriorityClass::kLow && normal_waiting;
+  const bool preempted = h.settings.priority == PriorityClass::kLow && normal_waiting();
   if (out_of_tokens || idle || slice_over || preempted || !h.port->has_processes()) revoke(now);
 }
 
@@ -260,10 +263,7 @@ GpuScheduler::Entry* GpuScheduler::choose(int64_t now) {
     if (pick == nullptr || e.wait_since < entries_.at(*pick).wait_since) pick = &name;
   }
   if (pick == nullptr) {
-    bool normal = false;
-    for (const auto& [name, e] : entries_)
-      if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) normal = true;
-    const PriorityClass wanted = normal ? PriorityClass::kNormal : PriorityClass::kLow;
+    const PriorityClass wanted = normal_waiting() ? PriorityClass::kNormal : PriorityClass::kLow;
     for (const auto& [name, e] : entries_) {
       if (e.settings.priority != wanted || e.wait_since == 0 || !eligible(e)) continue;
       if (pick == nullptr || e.vtime < entries_.at(*pick).vtime) pick = &name;
@@ -329,7 +329,7 @@ int64_t GpuScheduler::next_deadline(int64_t now) const {
   int64_t next = INT64_MAX;
   bool busy = false;
   if (phase_ == Phase::kHolding) {
-    const bool contended = others_waiting(now);
+    const bool contended = others_waiting();
     next = std::min(next, now + (contended ? config_.tick_ns : config_.idle_tick_ns));
     if (contended) next = std::min(next, slice_end_);
     busy = true;

@@ -147,7 +147,8 @@ class GpuScheduler {
   int64_t held_now(const std::string& name, const Entry& e, int64_t now) const;
   int64_t next_deadline(int64_t now) const;
   bool eligible(const Entry& e) const;
-  bool others_waiting(int64_t now) const;
+  bool others_waiting() const;  // an eligible non-high tenant other than the holder waits
+  bool normal_waiting() const;  // an eligible normal tenant waits
   int64_t tokens_now(const Entry& e, int64_t now) const;
 
   ComputeConfig config_;

@@ -1,9 +1,9 @@
 // The launch gate's slow paths (see grant_gate.h).
 #include "grant_gate.h"
 
-#include <time.h>
 
 #include "fracgpu/futex_word.h"
+#include "fracgpu/monotonic_clock.h"
 #include "shim_log.h"
 
 namespace fracgpu {
@@ -11,12 +11,6 @@ namespace {
 
 constexpr int64_t kWaitSliceNs = 50'000'000;  // re-check the broker's liveness this often
 constexpr int64_t kReringNs = 200'000'000;    // ring again while still waiting (lost datagram, new broker)
-
-int64_t monotonic_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 }  // namespace
 
