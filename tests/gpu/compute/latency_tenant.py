@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from matmul_tenant import run_main, touch, wait_barrier  # noqa: E402
+from matmul_tenant import add_phase_args, import_torch, run_main, touch, wait_barrier  # noqa: E402
 
 
 def percentile(sorted_values, q):
@@ -40,12 +40,8 @@ def parse_args(argv=None):
     p.add_argument("--think-ms", type=float, default=2.0, help="sleep between requests (default 2 ms)")
     p.add_argument("--lead-s", type=float, default=0.3, help="wait after the barrier before measuring (default 0.3 s)")
     p.add_argument("--max-seconds", type=float, default=40.0, help="stop measuring after this (default 40 s)")
-    p.add_argument("--barrier", default="", help="wait for this file to exist before measuring")
-    p.add_argument("--barrier-timeout", type=float, default=120.0, help="give up waiting after this (default 120 s)")
-    p.add_argument("--ready", default="", help="create this file when warmed up")
     p.add_argument("--done-file", default="", help="create this file when the measurement is over")
-    p.add_argument("--out", default="", help="write the JSON result here (it is also printed)")
-    p.add_argument("--tag", default="", help="a label copied into the result")
+    add_phase_args(p)
     args = p.parse_args(argv)
     if args.size <= 0 or args.requests <= 0 or args.think_ms < 0 or args.max_seconds <= 0:
         p.error("--size, --requests and --max-seconds must be positive, --think-ms not negative")
@@ -53,12 +49,7 @@ def parse_args(argv=None):
 
 
 def measure(args):
-    t_import = time.time()
-    import torch  # noqa: PLC0415 - imported late so that --help works without torch
-
-    import_s = time.time() - t_import
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch.cuda.is_available() is False")
+    torch, import_s = import_torch()
     n = args.size
     dev = torch.device("cuda", 0)
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)

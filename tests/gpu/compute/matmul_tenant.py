@@ -83,6 +83,26 @@ def run_main(name, body, args):
     return rc
 
 
+def import_torch():
+    """torch, imported late (so that --help works without it), and the seconds it took."""
+    t_import = time.time()
+    import torch  # noqa: PLC0415
+
+    import_s = time.time() - t_import
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False")
+    return torch, import_s
+
+
+def add_phase_args(p):
+    """The options every tenant of a phase shares: start barrier, ready file, output."""
+    p.add_argument("--barrier", default="", help="wait for this file to exist before measuring")
+    p.add_argument("--barrier-timeout", type=float, default=120.0, help="give up waiting after this (default 120 s)")
+    p.add_argument("--ready", default="", help="create this file when warmed up")
+    p.add_argument("--out", default="", help="write the JSON result here (it is also printed)")
+    p.add_argument("--tag", default="", help="a label copied into the result")
+
+
 def count_at(samples, t):
     """Matmuls completed at time t (seconds), linear between samples [(t, count), ...]."""
     if not samples or t <= samples[0][0]:
@@ -101,12 +121,8 @@ def parse_args(argv=None):
     p.add_argument("--sync-every", type=int, default=8, help="matmuls between synchronizations (default 8)")
     p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up work before --ready (default 1 s)")
     p.add_argument("--sub-window", type=float, default=1.0, help="length of the sub-windows reported (default 1 s)")
-    p.add_argument("--barrier", default="", help="wait for this file to exist before measuring")
-    p.add_argument("--barrier-timeout", type=float, default=120.0, help="give up waiting after this (default 120 s)")
-    p.add_argument("--ready", default="", help="create this file when warmed up")
     p.add_argument("--stop-file", default="", help="end the measurement early when this file exists")
-    p.add_argument("--out", default="", help="write the JSON result here (it is also printed)")
-    p.add_argument("--tag", default="", help="a label copied into the result")
+    add_phase_args(p)
     args = p.parse_args(argv)
     if args.size <= 0 or args.seconds <= 0 or args.sync_every <= 0 or args.sub_window <= 0:
         p.error("--size, --seconds, --sync-every and --sub-window must be positive")
@@ -114,12 +130,7 @@ def parse_args(argv=None):
 
 
 def measure(args):
-    t_import = time.time()
-    import torch  # noqa: PLC0415 - imported late so that --help works without torch
-
-    import_s = time.time() - t_import
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch.cuda.is_available() is False")
+    torch, import_s = import_torch()
     n, k = args.size, args.sync_every
     flop = 2.0 * n ** 3
     dev = torch.device("cuda", 0)
