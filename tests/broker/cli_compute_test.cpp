@@ -21,12 +21,10 @@
 #include <sstream>
 #include <thread>
 
-#include "broker_harness.h"
+#include "cli_fixture.h"
 
 namespace fracgpu::test {
 namespace {
-
-std::size_t lines(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
 
 std::size_t occurrences(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -72,32 +70,13 @@ class Background {
   pid_t pid_ = -1;
 };
 
-class CliComputeTest : public ::testing::Test {
+class CliComputeTest : public CliFixture {
  protected:
-  void SetUp() override { FRACGPU_REQUIRE_FAKE_DRIVER(); }
-
-  ProcessResult fracgpu(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    args.insert(args.begin(), FRACGPU_TEST_CLI_BIN);
-    env.emplace("FRACGPU_SHIM", FRACGPU_TEST_SHIM);
-    env.emplace("FRACGPU_RUN_DIR", (scratch.path() / "no-broker").string());
-    return run_process(args, env);
-  }
-
-  void expect_usage_error(const std::vector<std::string>& args, const std::string& fragment) {
-    auto r = fracgpu(args);
-    EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
-    EXPECT_EQ(r.err.rfind("fracgpu: ", 0), 0u) << r.err;
-    EXPECT_NE(r.err.find(fragment), std::string::npos) << "wanted '" << fragment << "' in: " << r.err;
-    EXPECT_TRUE(r.out.empty()) << r.out;
-  }
-
   static nlohmann::json device0(BrokerProcess& broker, const std::string& name) {
     auto t = broker.tenant_status(name);
     return t ? (*t)["devices"][0] : nlohmann::json();
   }
 
-  TempDir scratch;
 };
 
 // Validation happens before anything is contacted: the run directory has no broker,
