@@ -6,7 +6,6 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,31 +18,12 @@
 
 namespace {
 
-using fracgpu::bench::fail;
 
+// The simulated GPU and a tenant with an 8 GiB cap on it.
 struct Setup {
-  std::string shm = "/fracgpu-alloc-bench-" + std::to_string(getpid());
-  std::unique_ptr<fracgpu::bench::TenantBroker> broker;
-  void* driver = nullptr;
-  void* shim = nullptr;
-
-  Setup() {
-    setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
-    setenv("FAKECUDA_MEMORY", "16GiB", 1);
-    setenv("FRACGPU_REAL_DRIVER", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", 1);
-    broker = std::make_unique<fracgpu::bench::TenantBroker>("alloc-bench", "8GiB");
-    driver = dlopen(FRACGPU_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    shim = dlopen(FRACGPU_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (driver == nullptr || shim == nullptr) fail(std::string("dlopen: ") + dlerror());
-    auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(shim, "cuInit"));
-    auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(shim, "cuDevicePrimaryCtxRetain"));
-    auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(driver, "cuCtxSetCurrent"));
-    CUcontext ctx = nullptr;
-    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS) {
-      fail("CUDA set-up through the shim failed (is the tenant registered?)");
-    }
-  }
-  ~Setup() { shm_unlink(shm.c_str()); }
+  fracgpu::bench::ShimInTenant tenant{"alloc-bench", "16GiB", "8GiB"};
+  void* driver = tenant.driver;
+  void* shim = tenant.shim;
 };
 
 Setup& setup() {

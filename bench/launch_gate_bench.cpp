@@ -12,7 +12,6 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,7 +25,6 @@
 
 namespace {
 
-using fracgpu::bench::fail;
 
 // Stub driver calls for the limiter: every fence completes at once, 1 us apart.
 CUresult stub_ctx(CUcontext* ctx) {
@@ -81,33 +79,21 @@ void BM_GateFastPath(benchmark::State& state) {
   benchmark::DoNotOptimize(limiter.launches());
 }
 
+// The simulated GPU, a tenant on it and the simulated empty kernel.
 struct Setup {
-  std::string shm = "/fracgpu-launch-bench-" + std::to_string(getpid());
-  std::unique_ptr<fracgpu::bench::TenantBroker> broker;
-  void* driver = nullptr;
-  void* shim = nullptr;
+  fracgpu::bench::ShimInTenant tenant{"launch-bench", "8GiB", "4GiB"};
+  void* driver = tenant.driver;
+  void* shim = tenant.shim;
   CUfunction empty = nullptr;
 
   Setup() {
-    setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
-    setenv("FAKECUDA_MEMORY", "8GiB", 1);
-    setenv("FRACGPU_REAL_DRIVER", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", 1);
-    broker = std::make_unique<fracgpu::bench::TenantBroker>("launch-bench", "4GiB");
-    driver = dlopen(FRACGPU_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    shim = dlopen(FRACGPU_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (driver == nullptr || shim == nullptr) fail(std::string("dlopen: ") + dlerror());
-    auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(shim, "cuInit"));
-    auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(shim, "cuDevicePrimaryCtxRetain"));
-    auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(driver, "cuCtxSetCurrent"));
-    auto load = reinterpret_cast<decltype(&cuModuleLoadData)>(dlsym(driver, "cuModuleLoadData"));
-    auto get = reinterpret_cast<decltype(&cuModuleGetFunction)>(dlsym(driver, "cuModuleGetFunction"));
-    CUcontext ctx = nullptr;
+    using fracgpu::bench::ShimInTenant;
+    auto load = ShimInTenant::function<decltype(&cuModuleLoadData)>(driver, "cuModuleLoadData");
+    auto get = ShimInTenant::function<decltype(&cuModuleGetFunction)>(driver, "cuModuleGetFunction");
     CUmodule module = nullptr;
-    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
-        load(&module, "bench") != CUDA_SUCCESS || get(&empty, module, "fracgpu_fake_empty") != CUDA_SUCCESS)
-      fail("CUDA set-up through the shim failed (is the tenant registered?)");
+    if (load(&module, "bench") != CUDA_SUCCESS || get(&empty, module, "fracgpu_fake_empty") != CUDA_SUCCESS)
+      fracgpu::bench::fail("cannot load the simulated empty kernel");
   }
-  ~Setup() { shm_unlink(shm.c_str()); }
 };
 
 Setup& setup() {
