@@ -15,7 +15,6 @@ namespace {
 
 constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
 constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
-constexpr int64_t kGuardLateNs = 200'000;    // a burst later than predicted by this much: stop holding back
 constexpr int64_t kGuardPollNs = 20'000;
 constexpr uint64_t kMaxGuardHoldNs = 2'000'000;  // never hold past a burst's start longer than this
 
@@ -58,7 +57,6 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
   std::lock_guard<std::mutex> lock(prepare_mutex_);
   if (gpu.ready.load(std::memory_order_relaxed)) return;
   TenantSession& session = memory_.session();
-  gpu.owner = this;
   gpu.gate.bind(&session.quota()->devices[index], &session.ledger_map()->devices[index],
                 &session.ledger_map()->schedule[session.slot()][index], &doorbell_);
   pthread_t thread;
@@ -116,8 +114,8 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   const int64_t next = static_cast<int64_t>(quota.guard_next_ns.load(std::memory_order_acquire));
   const int64_t lead = quota.guard_lead_ns.load(std::memory_order_relaxed);
   const double kernel_ns = gpu.limiter.us_per_launch() * 1000.0;
-  const int64_t published_late = static_cast<int64_t>(quota.guard_late_ns.load(std::memory_order_relaxed));
-  const int64_t late = next + (published_late > 0 ? published_late : lead + kGuardLateNs);
+  // The broker stores guard_late_ns before guard_next_ns: it is there whenever next is.
+  const int64_t late = next + static_cast<int64_t>(quota.guard_late_ns.load(std::memory_order_relaxed));
   if (next == 0 || kernel_ns <= 0 || now >= late) return;
   // A launch that ends before the burst, or overlaps it by no more than the in-flight
   // bound lower classes are allowed in a high tenant's way, goes ahead.
@@ -162,7 +160,7 @@ void* ComputePolicy::drainer_main(void* arg) noexcept {
     if (word == seen) continue;
     seen = word;
     if ((word & kGrantGranted) != 0) continue;
-    gpu.owner->drain(gpu);
+    instance_->drain(gpu);
     gpu.gate.report_drained(grant_epoch(word));
   }
   return nullptr;

@@ -56,7 +56,6 @@ class ComputePolicy {
     InflightLimiter limiter;
     std::mutex contexts_mutex;
     std::vector<CUcontext> contexts;  // launched into since the last drain
-    ComputePolicy* owner = nullptr;
     std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
     std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
   };

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -147,44 +148,55 @@ void ComputeService::close_link(TenantLink& link) {
   link.doorbell_fd = -1;
 }
 
+void ComputeService::unschedule(uint32_t gpu, const std::string& name) {
+  if (auto it = gpus_.find(gpu); it != gpus_.end()) it->second.remove(name);
+}
+
+// Takes a tenant off every GPU it was scheduled on and closes its doorbell.
+void ComputeService::forget(const std::string& name, TenantLink& link) {
+  for (auto& [gpu, port] : link.ports) unschedule(gpu, name);
+  link.ports.clear();
+  close_link(link);
+}
+
+void ComputeService::sync_tenant(Tenant& t, std::unique_ptr<TenantLink>& link, int64_t now) {
+  if (link && link->tenant != &t) {  // deleted and created again: start over
+    forget(t.spec.name, *link);
+    link.reset();
+  }
+  if (!link) {
+    link = std::make_unique<TenantLink>();
+    link->tenant = &t;
+    if (auto s = open_doorbell(*link, t.dir, t.spec.name); !s)
+      spdlog::error("tenant {}: {}; its launches will pass unscheduled", t.spec.name, s.error());
+  }
+  const std::size_t count = std::min(t.spec.devices.size(), kMaxDevices);
+  for (std::size_t i = 0; i < link->ports.size(); ++i) {  // GPUs it no longer has at that position
+    if (i >= count || link->ports[i].first != t.spec.devices[i].gpu) unschedule(link->ports[i].first, t.spec.name);
+  }
+  link->ports.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const DeviceSpec& d = t.spec.devices[i];
+    if (link->ports[i].second == nullptr || link->ports[i].first != d.gpu)
+      link->ports[i] = {d.gpu, std::make_unique<LedgerPort>(t.quota(), t.ledger(), i)};
+    auto [it, created] = gpus_.try_emplace(d.gpu, config_);
+    it->second.upsert(t.spec.name, link->ports[i].second.get(), {d.compute, d.compute_limit, d.priority}, now);
+  }
+}
+
 void ComputeService::sync(TenantRegistry& registry) {
   const int64_t now = monotonic_ns();
-  std::map<std::string, bool, std::less<>> present;
+  std::set<std::string, std::less<>> present;
   for (Tenant* t : registry.all()) {
-    present[t->spec.name] = true;
-    auto& link = tenants_[t->spec.name];
-    if (link && link->tenant != t) {  // deleted and created again: start over
-      for (auto& [gpu, port] : link->ports) gpus_[gpu].remove(t->spec.name, now);
-      close_link(*link);
-      link.reset();
-    }
-    if (!link) {
-      link = std::make_unique<TenantLink>();
-      link->tenant = t;
-      if (auto s = open_doorbell(*link, t->dir, t->spec.name); !s)
-        spdlog::error("tenant {}: {}; its launches will pass unscheduled", t->spec.name, s.error());
-    }
-    for (std::size_t i = 0; i < t->spec.devices.size() && i < kMaxDevices; ++i) {
-      const DeviceSpec& d = t->spec.devices[i];
-      if (i >= link->ports.size() || link->ports[i].first != d.gpu) {
-        if (i < link->ports.size()) gpus_[link->ports[i].first].remove(t->spec.name, now);
-        link->ports.resize(std::max(link->ports.size(), i + 1));
-        link->ports[i] = {d.gpu, std::make_unique<LedgerPort>(t->quota(), t->ledger(), i)};
-      }
-      auto [it, created] = gpus_.try_emplace(d.gpu, config_);
-      it->second.upsert(t->spec.name, link->ports[i].second.get(), {d.compute, d.compute_limit, d.priority}, now);
-    }
-    for (std::size_t i = t->spec.devices.size(); i < link->ports.size(); ++i)
-      gpus_[link->ports[i].first].remove(t->spec.name, now);
-    link->ports.resize(std::min(link->ports.size(), t->spec.devices.size()));
+    present.insert(t->spec.name);
+    sync_tenant(*t, tenants_[t->spec.name], now);
   }
   for (auto it = tenants_.begin(); it != tenants_.end();) {
     if (present.count(it->first) != 0) {
       ++it;
       continue;
     }
-    for (auto& [gpu, port] : it->second->ports) gpus_[gpu].remove(it->first, now);
-    close_link(*it->second);
+    forget(it->first, *it->second);
     it = tenants_.erase(it);
   }
   run();

@@ -41,6 +41,9 @@ class ComputeService {
   void arm(int64_t deadline);
   Status open_doorbell(TenantLink& link, const std::filesystem::path& dir, const std::string& name);
   void close_link(TenantLink& link);
+  void unschedule(uint32_t gpu, const std::string& name);
+  void forget(const std::string& name, TenantLink& link);
+  void sync_tenant(Tenant& tenant, std::unique_ptr<TenantLink>& link, int64_t now);
 
   EventLoop& loop_;
   ComputeConfig config_;

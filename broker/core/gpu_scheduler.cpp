@@ -41,23 +41,15 @@ double BurstRhythm::longest_span() const {
   return n == 0 ? 0 : *std::max_element(spans, spans + n);
 }
 
-// The second-shortest gap: one unusually short pause must not pull the prediction early.
-double BurstRhythm::floor() const {
-  const int n = std::min(samples, kWindow);
-  if (n < 2) return n == 0 ? 0 : gaps[0];
-  double sorted[kWindow];
-  std::copy(gaps, gaps + n, sorted);
-  std::nth_element(sorted, sorted + 1, sorted + n);
-  return sorted[1];
-}
-
-double BurstRhythm::median() const {
+// The k-th shortest recorded gap (0-based, clamped to the gaps there are; 0 if none).
+double BurstRhythm::nth_shortest_gap(int k) const {
   const int n = std::min(samples, kWindow);
   if (n == 0) return 0;
+  k = std::min(k, n - 1);
   double sorted[kWindow];
   std::copy(gaps, gaps + n, sorted);
-  std::nth_element(sorted, sorted + n / 2, sorted + n);
-  return sorted[n / 2];
+  std::nth_element(sorted, sorted + k, sorted + n);
+  return sorted[k];
 }
 
 // Lower classes hold back launches that would still run when the next burst of a
@@ -126,7 +118,7 @@ void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, Compu
   e.sample_epoch = e.epoch;
 }
 
-void GpuScheduler::remove(const std::string& tenant, int64_t) {
+void GpuScheduler::remove(const std::string& tenant) {
   if (holder_ == tenant) {
     holder_.clear();
     phase_ = Phase::kIdle;

@@ -19,6 +19,7 @@
 //    of GPU work in flight, so a high launch waits at most that plus one kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -78,8 +79,10 @@ struct BurstRhythm {
   int samples = 0;  // gaps recorded since the last reset (the ring holds min(samples, kWindow))
   void observe(uint64_t start, uint64_t previous_span);
   double longest_span() const;
-  double floor() const;
-  double median() const;
+  // The second-shortest gap: one unusually short pause must not pull the prediction early.
+  double floor() const { return nth_shortest_gap(1); }
+  double median() const { return nth_shortest_gap(std::min(samples, kWindow) / 2); }
+  double nth_shortest_gap(int k) const;
   bool regular() const { return samples >= 8 && floor() >= 0.5 * median(); }
 };
 
@@ -104,7 +107,7 @@ class GpuScheduler {
   explicit GpuScheduler(ComputeConfig config = {}) : config_(config) {}
 
   void upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings, int64_t now);
-  void remove(const std::string& tenant, int64_t now);
+  void remove(const std::string& tenant);
   // Re-evaluates everything; returns when it next needs to run (INT64_MAX: only on events).
   int64_t step(int64_t now);
   std::optional<ComputeStatus> status(const std::string& tenant, int64_t now) const;
