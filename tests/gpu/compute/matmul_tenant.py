@@ -122,10 +122,13 @@ def parse_args(argv=None):
     p.add_argument("--warmup-s", type=float, default=1.0, help="warm-up work before --ready (default 1 s)")
     p.add_argument("--sub-window", type=float, default=1.0, help="length of the sub-windows reported (default 1 s)")
     p.add_argument("--stop-file", default="", help="end the measurement early when this file exists")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index to run on (default 0)")
     add_phase_args(p)
     args = p.parse_args(argv)
     if args.size <= 0 or args.seconds <= 0 or args.sync_every <= 0 or args.sub_window <= 0:
         p.error("--size, --seconds, --sync-every and --sub-window must be positive")
+    if args.device < 0:
+        p.error("--device must be a device index (0, 1, ...)")
     return args
 
 
@@ -133,7 +136,8 @@ def measure(args):
     torch, import_s = import_torch()
     n, k = args.size, args.sync_every
     flop = 2.0 * n ** 3
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", args.device)
+    torch.cuda.set_device(dev)
     t_init = time.time()
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
@@ -203,7 +207,8 @@ def measure(args):
         "startup": {"import_s": round(import_s, 3), "init_s": round(init_s, 3), "warmup_s": round(warm_s, 3),
                     "warmup_matmuls": warm, "barrier_wait_s": round(barrier_wait_s, 4)},
         "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(dev),
+        "device_index": args.device,
     }
 
 
