@@ -1,22 +1,67 @@
 #!/usr/bin/env python3
 """Checks fracgpu's Kubernetes manifests without a cluster.
 
-Every YAML file under k8s/deploy must parse; every object must have apiVersion, kind and
-metadata.name; the DaemonSet must never mount the host's /etc (the shim is installed into
-a fracgpu directory, never into the host's /etc/ld.so.preload) and must pass the paths
-the device plugin hands to the kubelet; every kustomization must build when kubectl is
-available. Prints one line per problem and exits 1 if there is any.
+Without --tools (ctest k8s_manifests_parse): every YAML file under k8s/deploy must parse;
+every object must have apiVersion, kind and metadata.name; the DaemonSet must never mount
+the host's /etc (the shim is installed into a fracgpu directory, never into the host's
+/etc/ld.so.preload) and must pass the paths the device plugin hands to the kubelet; the
+example workloads must request fracgpu.io/gpu-slice.
+
+With --tools DIR (ctest k8s_manifests_schema; DIR from tools/fetch_manifest_tools.sh):
+every kustomization (base, overlays, examples) must build with the pinned `kubectl
+kustomize`, without warnings; its output must pass tests/k8s/schema/validate.js (the
+Kubernetes API types and the Prometheus Operator CRDs, kubernetes-models); a rendered
+install (base or overlay) keeps the DaemonSet rules above and puts every namespaced
+object in the DaemonSet's namespace. Then every fixture in tests/k8s/schema/bad must be
+refused by the validator with exactly the problems its "# expect:" lines name, so the
+validator is shown to bite. Prints one line per problem and exits 1 if there is any.
 """
+import argparse
+import os
 import pathlib
-import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
+SCHEMA_DIR = pathlib.Path(__file__).resolve().parent / "schema"
 
-def main(deploy_dir: str) -> int:
-    root = pathlib.Path(deploy_dir)
+# Kinds that live outside namespaces, among those a fracgpu install could contain.
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                  "RuntimeClass", "StorageClass", "ValidatingWebhookConfiguration",
+                  "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def check_daemonset(ds, where):
+    problems = []
+    spec = ds["spec"]["template"]["spec"]
+    for volume in spec.get("volumes", []):
+        host = (volume.get("hostPath") or {}).get("path", "")
+        if host == "/etc" or host.startswith("/etc/"):
+            problems.append(f"{where}: DaemonSet mounts the host's {host}: the shim must not touch the host's /etc")
+    if not spec.get("hostPID"):
+        problems.append(f"{where}: DaemonSet without hostPID: the broker could not see tenant processes' PIDs")
+    containers = {c["name"]: c for c in spec.get("containers", [])}
+    plugin = containers.get("device-plugin")
+    if plugin is None:
+        problems.append(f"{where}: DaemonSet has no device-plugin container")
+    else:
+        args = " ".join(plugin.get("command", []) + plugin.get("args", []))
+        for flag in ("--plugin-dir=/var/lib/kubelet/device-plugins", "--broker-run-dir=/run/fracgpu",
+                     "--shim-host-path=", "--preload-host-path="):
+            if flag not in args:
+                problems.append(f"{where}: device-plugin container lacks {flag}")
+        mounts = {m["mountPath"] for m in plugin.get("volumeMounts", [])}
+        if "/run/fracgpu" not in mounts:
+            problems.append(f"{where}: device-plugin must see /run/fracgpu at its host path")
+    init = " ".join(" ".join(c.get("command", [])) for c in spec.get("initContainers", []))
+    if "/usr/local/fracgpu/lib/libfracgpu.so" not in init:
+        problems.append(f"{where}: the installer's ld.so.preload must name /usr/local/fracgpu/lib/libfracgpu.so")
+    return problems
+
+
+def check_sources(root):
     problems = []
     files = sorted(root.rglob("*.yaml"))
     if not files:
@@ -41,54 +86,126 @@ def main(deploy_dir: str) -> int:
                 problems.append(f"{path}: a {doc.get('kind')} has no metadata.name")
             objects.append((path, doc))
 
-    daemonsets = [d for _, d in objects if d.get("kind") == "DaemonSet"]
+    daemonsets = [(p, d) for p, d in objects if d.get("kind") == "DaemonSet"]
     if len(daemonsets) != 1:
         problems.append(f"expected one DaemonSet, found {len(daemonsets)}")
-    for ds in daemonsets:
-        spec = ds["spec"]["template"]["spec"]
-        for volume in spec.get("volumes", []):
-            host = (volume.get("hostPath") or {}).get("path", "")
-            if host == "/etc" or host.startswith("/etc/"):
-                problems.append(f"DaemonSet mounts the host's {host}: the shim must not touch the host's /etc")
-        if not spec.get("hostPID"):
-            problems.append("DaemonSet without hostPID: the broker could not see tenant processes' PIDs")
-        containers = {c["name"]: c for c in spec.get("containers", [])}
-        plugin = containers.get("device-plugin")
-        if plugin is None:
-            problems.append("DaemonSet has no device-plugin container")
-        else:
-            args = " ".join(plugin.get("command", []) + plugin.get("args", []))
-            for flag in ("--plugin-dir=/var/lib/kubelet/device-plugins", "--broker-run-dir=/run/fracgpu",
-                         "--shim-host-path=", "--preload-host-path="):
-                if flag not in args:
-                    problems.append(f"device-plugin container lacks {flag}")
-            mounts = {m["mountPath"] for m in plugin.get("volumeMounts", [])}
-            if "/run/fracgpu" not in mounts:
-                problems.append("device-plugin must see /run/fracgpu at its host path")
-        init = " ".join(" ".join(c.get("command", [])) for c in spec.get("initContainers", []))
-        if "/usr/local/fracgpu/lib/libfracgpu.so" not in init:
-            problems.append("the installer's ld.so.preload must name /usr/local/fracgpu/lib/libfracgpu.so")
+    for path, ds in daemonsets:
+        problems += check_daemonset(ds, path)
 
     for path, doc in objects:
         if doc.get("kind") in ("Pod", "Job", "Deployment"):
-            text = yaml.safe_dump(doc)
-            if "fracgpu.io/gpu-slice" not in text:
+            if "fracgpu.io/gpu-slice" not in yaml.safe_dump(doc):
                 problems.append(f"{path}: example {doc['kind']} requests no fracgpu.io/gpu-slice")
+    print(f"{len(files)} files, {len(objects)} objects")
+    return problems
 
-    kubectl = shutil.which("kubectl")
-    if kubectl:
-        for kustomization in sorted(root.rglob("kustomization.yaml")):
-            result = subprocess.run([kubectl, "kustomize", str(kustomization.parent)], capture_output=True, text=True)
-            if result.returncode != 0:
-                problems.append(f"kubectl kustomize {kustomization.parent} failed: {result.stderr.strip()}")
+
+def run_validator(node, modules, inputs):
+    """Runs validate.js over (label, file) pairs; returns (exit status, problem lines, stderr)."""
+    command = [node, str(SCHEMA_DIR / "validate.js")]
+    for label, path in inputs:
+        command += ["--label", label, str(path)]
+    env = dict(os.environ, NODE_PATH=str(modules))
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    return result.returncode, [line for line in result.stdout.splitlines() if line], result.stderr.strip()
+
+
+def check_rendered(root, kubectl, node, modules, out_dir):
+    problems = []
+    renders = []
+    for kustomization in sorted(root.rglob("kustomization.yaml")):
+        label = kustomization.parent.relative_to(root).as_posix()
+        result = subprocess.run([kubectl, "kustomize", str(kustomization.parent)], capture_output=True, text=True)
+        if result.returncode != 0:
+            problems.append(f"{label}: kubectl kustomize failed: {result.stderr.strip()}")
+            continue
+        if result.stderr.strip():
+            problems.append(f"{label}: kubectl kustomize warns: {result.stderr.strip()}")
+        rendered = out_dir / (label.replace("/", "_") + ".yaml")
+        rendered.write_text(result.stdout)
+        renders.append((label, rendered))
+
+        docs = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict)]
+        daemonsets = [d for d in docs if d.get("kind") == "DaemonSet"]
+        for ds in daemonsets:
+            problems += check_daemonset(ds, label)
+        if daemonsets:
+            namespace = daemonsets[0]["metadata"].get("namespace")
+            for doc in docs:
+                if doc.get("kind") in CLUSTER_SCOPED:
+                    continue
+                if doc.get("metadata", {}).get("namespace") != namespace:
+                    problems.append(f"{label}: {doc.get('kind')}/{doc.get('metadata', {}).get('name')} is not in the "
+                                    f"DaemonSet's namespace {namespace}")
+        print(f"{label}: built, {len(docs)} objects")
+    if not renders:
+        problems.append(f"no kustomization built under {root}")
+        return problems
+
+    status, lines, stderr = run_validator(node, modules, renders)
+    if status not in (0, 1):
+        problems.append(f"validate.js failed to run (exit {status}): {stderr}")
+    problems += lines
+    if status == 0 and lines:
+        problems.append("validate.js printed problems but exited 0")
+    print(f"schema: {stderr}")
+    return problems
+
+
+def check_fixtures(node, modules):
+    """Every bad fixture must be refused with exactly the problems it expects."""
+    problems = []
+    fixtures = sorted((SCHEMA_DIR / "bad").glob("*.yaml"))
+    if not fixtures:
+        return [f"no negative fixtures in {SCHEMA_DIR / 'bad'}"]
+    inputs = [(f"bad/{fixture.name}", fixture) for fixture in fixtures]
+    # One run for all of them (a Node.js start each would cost more than the checks);
+    # the label that starts each line tells which fixture it is about.
+    status, lines, stderr = run_validator(node, modules, inputs)
+    if status != 1:
+        problems.append(f"validate.js exited {status} on the bad fixtures, expected 1 (refused): {stderr}")
+    for label, fixture in inputs:
+        expected = {f"{label}: {line.split('# expect:', 1)[1].strip()}"
+                    for line in fixture.read_text().splitlines() if line.startswith("# expect:")}
+        if not expected:
+            problems.append(f"{label}: has no '# expect:' line")
+        reported = {line for line in lines if line.startswith(f"{label}: ")}
+        for line in sorted(expected - reported):
+            problems.append(f"{label}: expected, not reported: {line}")
+        for line in sorted(reported - expected):
+            problems.append(f"{label}: reported, not expected: {line}")
+    print(f"{len(fixtures)} bad fixtures, {len(lines)} problems reported as expected" if not problems else
+          f"{len(fixtures)} bad fixtures")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("deploy_dir", nargs="?", default="k8s/deploy")
+    parser.add_argument("--tools", type=pathlib.Path,
+                        help="folder made by tools/fetch_manifest_tools.sh (bin/kubectl, schema/node_modules)")
+    parser.add_argument("--node", default="node", help="the Node.js executable")
+    args = parser.parse_args()
+    root = pathlib.Path(args.deploy_dir)
+
+    if args.tools is None:
+        problems = check_sources(root)
     else:
-        print("kubectl not found: kustomizations not built (YAML parsing only)")
+        kubectl = args.tools / "bin" / "kubectl"
+        modules = args.tools / "schema" / "node_modules"
+        missing = [str(p) for p in (kubectl, modules / "kubernetes-models") if not p.exists()]
+        if missing:
+            print(f"missing {', '.join(missing)}: run tools/fetch_manifest_tools.sh {args.tools}")
+            return 1
+        with tempfile.TemporaryDirectory() as out_dir:
+            problems = check_rendered(root, str(kubectl), args.node, modules.resolve(), pathlib.Path(out_dir))
+        problems += check_fixtures(args.node, modules.resolve())
 
     for problem in problems:
         print(problem)
-    print(f"{len(files)} files, {len(objects)} objects, {len(problems)} problems")
+    print(f"{len(problems)} problems")
     return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "k8s/deploy"))
+    sys.exit(main())
