@@ -5,149 +5,21 @@
 // packing advice, Allocate (response and the tenant's quota in the broker), refusals,
 // kubelet restarts and broker restarts.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include "child_process.h"
-#include "device_plugin/broker_admin.h"
-#include "device_plugin/slice_ids.h"
-#include "fake_kubelet.h"
+#include "plugin_fixture.h"
 
 namespace fracgpu::testing {
 namespace {
 
 constexpr uint64_t kGiB = 1ull << 30;
-constexpr int kSlices = 4;
+constexpr int kSlices = 4;  // the fixture's default --slices
 
-class DevicePluginTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    env_ = clean_environment();
-    shm_names_.push_back("/" + unique_name("k8s"));
-    env_["FAKECUDA_SHM_NAME"] = shm_names_.back();
-    env_["FAKECUDA_MEMORY"] = "16GiB";
-    env_["FAKECUDA_DEVICE_COUNT"] = "2";
-    env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
-    std::filesystem::create_directories(plugin_dir());
-    start_broker();
-    if (HasFatalFailure()) return;
-    auto gpus = admin_.gpus();
-    ASSERT_TRUE(gpus) << gpus.error();
-    ASSERT_EQ(gpus->size(), 2u);
-    gpu0_ = (*gpus)[0].uuid;
-    gpu1_ = (*gpus)[1].uuid;
-    kubelet_ = std::make_unique<FakeKubelet>(plugin_dir());
-    start_plugin();
-  }
-
-  void TearDown() override {
-    if (plugin_) {
-      plugin_->kill_now(SIGTERM);
-      EXPECT_NE(plugin_->wait(std::chrono::seconds(10)), -1) << "the plugin did not stop on SIGTERM";
-    }
-    plugin_.reset();
-    kubelet_.reset();
-    broker_.reset();
-    for (const auto& name : shm_names_) shm_unlink(name.c_str());
-  }
-
-  std::string plugin_dir() const { return dir_.path() + "/device-plugins"; }
-  std::string run_dir() const { return dir_.path() + "/run"; }
-
-  void start_broker() {
-    broker_ = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", dir_.path() + "/state",
-                                 "--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"},
-        env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!admin_.gpus()) {
-      ASSERT_TRUE(broker_->running()) << "broker exited: " << broker_->err();
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "broker did not come up";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  void kill_broker() {
-    broker_->kill_now(SIGKILL);
-    broker_->wait(std::chrono::seconds(5));
-  }
-
-  // Starts the plugin (by default with --slices 4) and waits for its registration.
-  void start_plugin(std::vector<std::string> slice_args = {"--slices", std::to_string(kSlices)},
-                    const Environment& extra_env = {}) {
-    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
-                                     "--shim-host-path", "/opt/fracgpu/libfracgpu.so", "--preload-host-path",
-                                     "/opt/fracgpu/ld.so.preload", "--health-interval-ms", "200", "--log-level", "debug"};
-    argv.insert(argv.end(), slice_args.begin(), slice_args.end());
-    Environment env = env_;
-    for (const auto& [key, value] : extra_env) env[key] = value;
-    plugin_ = std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
-    const std::size_t expected = static_cast<std::size_t>(plugin_starts_);
-    auto registrations = kubelet_->registration().wait_for(expected, std::chrono::seconds(10));
-    ASSERT_EQ(registrations.size(), expected) << "no registration; plugin log:\n" << plugin_->err();
-    plugin_stub_ = kubelet_->dial(registrations.back().endpoint());
-  }
-
-  void stop_plugin() {
-    plugin_->kill_now(SIGTERM);
-    ASSERT_NE(plugin_->wait(std::chrono::seconds(10)), -1) << "the plugin did not stop on SIGTERM";
-    plugin_.reset();
-  }
-
-  // The first list of a new ListAndWatch stream.
-  v1beta1::ListAndWatchResponse first_list() {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
-    v1beta1::ListAndWatchResponse list;
-    EXPECT_TRUE(stream->Read(&list));
-    context.TryCancel();
-    return list;
-  }
-
-  grpc::Status allocate(const std::vector<std::string>& ids, v1beta1::AllocateResponse& response) {
-    v1beta1::AllocateRequest request;
-    auto* container = request.add_container_requests();
-    for (const auto& id : ids) container->add_devices_ids(id);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return plugin_stub_->Allocate(&context, request, &response);
-  }
-
-  // The broker's TENANT_STATUS of `name`, or null.
-  nlohmann::json tenant(const std::string& name) {
-    auto listed = admin_.call({{"op", "list"}});
-    EXPECT_TRUE(listed) << listed.error();
-    if (!listed) return nullptr;
-    for (const auto& t : (*listed)["tenants"]) {
-      if (t["name"] == name) return t;
-    }
-    return nullptr;
-  }
-
-  std::vector<std::string> slice_ids(const std::string& uuid, std::initializer_list<int> indices) {
-    std::vector<std::string> out;
-    for (int i : indices) out.push_back(k8s::format_slice_id(uuid, i));
-    return out;
-  }
-
-  TempDir dir_{"k8s"};
-  Environment env_;
-  std::vector<std::string> shm_names_;
-  k8s::BrokerAdmin admin_{dir_.path() + "/run", k8s::RetryPolicy{1, std::chrono::milliseconds(10),
-                                                                 std::chrono::milliseconds(10)}};
-  std::unique_ptr<BackgroundProcess> broker_;
-  int broker_starts_ = 0;
-  std::unique_ptr<FakeKubelet> kubelet_;
-  std::unique_ptr<BackgroundProcess> plugin_;
-  int plugin_starts_ = 0;
-  std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub_;
-  std::string gpu0_, gpu1_;
-};
+class DevicePluginTest : public PluginNodeTest {};
 
 TEST_F(DevicePluginTest, RegistersTheResourceAndItsEndpoint) {
   auto registrations = kubelet_->registration().wait_for(1, std::chrono::seconds(1));
