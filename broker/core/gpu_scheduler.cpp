@@ -151,11 +151,15 @@ void GpuScheduler::note_waiting(int64_t now) {
     if (is_high(e.settings) || name == holder_) continue;
     const bool waiting = e.port->waiting() > 0;
     if (!waiting) {
+      if (e.wait_since != 0) e.paused_since = now;
       e.wait_since = 0;
       continue;
     }
     if (e.wait_since != 0) continue;
     e.wait_since = now;
+    const bool paused = pausing(e, now);
+    e.paused_since = 0;
+    if (paused) continue;  // back from a pause: its place is still its own
     double least = -1;
     for (const auto& [other_name, other] : entries_) {
       if (other_name == name || is_high(other.settings)) continue;
@@ -199,6 +203,16 @@ bool GpuScheduler::normal_waiting() const {
   return false;
 }
 
+bool GpuScheduler::pausing(const Entry& e, int64_t now) const {
+  return e.paused_since != 0 && now - e.paused_since < config_.pause_grace_ns && e.port->has_processes();
+}
+
+bool GpuScheduler::others_competing(int64_t now) const {
+  for (const auto& [name, e] : entries_)
+    if (name != holder_ && !is_high(e.settings) && (e.wait_since != 0 || pausing(e, now)) && eligible(e)) return true;
+  return false;
+}
+
 bool GpuScheduler::others_waiting() const {
   for (const auto& [name, e] : entries_)
     if (name != holder_ && !is_high(e.settings) && e.wait_since != 0 && eligible(e)) return true;
@@ -209,19 +223,40 @@ void GpuScheduler::step_holder(int64_t now) {
   Entry& h = entries_.at(holder_);
   if (h.port->launched_since(sample_epoch_)) last_active_ = now;
   const bool contended = others_waiting();
-  if (!contended) contended_since_ = now;  // running alone: lent time, not charged to its virtual time
+  // Running alone (nobody waits, nobody just paused): lent time, not charged to its virtual time.
+  if (!others_competing(now)) contended_since_ = now;
   if (now - last_sample_ >= (contended ? config_.tick_ns : config_.idle_tick_ns)) {
     publish(h, true, false, true);  // sample activity: processes acknowledge the new epoch
     sample_epoch_ = h.epoch;
     last_sample_ = now;
   }
+  // Not launching is idleness only once the work it has in flight (at most the contended
+  // bound) could have finished and a tick more has passed: a tenant waiting on its own
+  // kernels in a synchronisation is still using the GPU.
   const int64_t idle_limit =
-      contended ? std::max<int64_t>(config_.tick_ns, int64_t{config_.contended_inflight_us} * 1000) : config_.idle_revoke_ns;
+      contended ? int64_t{config_.contended_inflight_us} * 1000 + config_.tick_ns : config_.idle_revoke_ns;
   const bool out_of_tokens = h.settings.ceiling_pct > 0 && tokens_now(h, now) <= 0;
   const bool idle = now - last_active_ >= idle_limit;
   const bool slice_over = contended && now >= slice_end_;
-  const bool preempted = h.settings.priority == PriorityClass::kLow && normal_waiting();
+  const bool preempted = (h.settings.priority == PriorityClass::kLow && normal_waiting()) || outranked(h, now);
   if (out_of_tokens || idle || slice_over || preempted || !h.port->has_processes()) revoke(now);
+}
+
+// The holder got the GPU while a tenant with less virtual time was pausing; once that
+// tenant waits again and the holder is more than one slice (of the lighter of the two)
+// ahead of it, the GPU goes back. Holders chosen in order never trip this before their
+// slice ends, so it adds no handoffs to steady contention.
+bool GpuScheduler::outranked(const Entry& h, int64_t now) const {
+  if (now - grant_start_ < config_.tick_ns) return false;
+  const double weight_h = std::max<uint32_t>(h.settings.weight, 1);
+  const double projected =
+      h.vtime + static_cast<double>(now - std::max(contended_since_, grant_start_)) * kVtimeScale / weight_h;
+  for (const auto& [name, e] : entries_) {
+    if (name == holder_ || e.wait_since == 0 || e.settings.priority != h.settings.priority || !eligible(e)) continue;
+    const double lighter = std::min<double>(weight_h, std::max<uint32_t>(e.settings.weight, 1));
+    if (e.vtime + static_cast<double>(config_.slice_ns) * kVtimeScale / lighter < projected) return true;
+  }
+  return false;
 }
 
 void GpuScheduler::revoke(int64_t now) {
@@ -244,6 +279,7 @@ void GpuScheduler::step_draining(int64_t now) {
   phase_ = Phase::kIdle;
   holder_.clear();
   if (h.port->waiting() > 0) h.wait_since = now;
+  else h.paused_since = now;
 }
 
 GpuScheduler::Entry* GpuScheduler::choose(int64_t now) {

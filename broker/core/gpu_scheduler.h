@@ -5,10 +5,11 @@
 //    "drained" after the revoke, drain included. The next holder is the waiting
 //    tenant with the least virtual time (held ns x 1024 / weight), so under
 //    contention shares converge to the weights whatever the slice or drain lengths;
-//    a tenant that starts waiting is placed at most one slice of credit behind the
-//    least virtual time of the others (no banking of idle time), and time a holder
-//    runs while nobody else waits is lent, not owed: it counts in its measured GPU
-//    time but not in its virtual time. An idle holder is revoked as soon as someone
+//    a tenant that starts waiting after being idle is placed at most one slice of
+//    credit behind the least virtual time of the others (no banking of idle time),
+//    while one that merely paused (a host-side sync, shorter than pause_grace) keeps
+//    its place; time a holder runs while nobody else waits or pauses is lent, not
+//    owed: it counts in its measured GPU time but not in its virtual time. An idle holder is revoked as soon as someone
 //    else waits (work-conserving); a lone holder keeps the GPU, no handoffs.
 //  * low tenants only get slices no normal tenant wants, except that one waiting
 //    longer than low_starvation gets the next slice (bounded waiting).
@@ -40,6 +41,9 @@ struct ComputeConfig {
   int64_t high_hold_ns = 100'000'000;
   int64_t low_starvation_ns = 2'000'000'000;
   int64_t share_window_ns = 2'000'000'000;
+  // Not wanting the GPU for less than this is a pause (a host-side synchronisation
+  // between batches), not idleness: the tenant keeps its credit and still competes.
+  int64_t pause_grace_ns = 20'000'000;
   uint32_t contended_inflight_us = 4000;
   uint32_t shared_inflight_us = 50000;  // others have processes on the GPU but are idle
   uint32_t high_inflight_us = 500;
@@ -125,6 +129,7 @@ class GpuScheduler {
     int64_t held_ns = 0;       // charged in total
     int64_t tokens_ns = 0;     // ceiling bucket
     int64_t wait_since = 0;    // 0 = not waiting
+    int64_t paused_since = 0;  // stopped waiting or holding then (0 = not paused)
     int64_t active_until = 0;  // high: counts as active until then
     int64_t last_sample = 0;   // high: when its epoch was last bumped to sample activity
     uint32_t sample_epoch = 0;
@@ -151,6 +156,9 @@ class GpuScheduler {
   int64_t next_deadline(int64_t now) const;
   bool eligible(const Entry& e) const;
   bool others_waiting() const;  // an eligible non-high tenant other than the holder waits
+  bool others_competing(int64_t now) const;  // ... waits or merely pauses
+  bool pausing(const Entry& e, int64_t now) const;
+  bool outranked(const Entry& holder, int64_t now) const;  // a waiting tenant is owed the GPU back
   bool normal_waiting() const;  // an eligible normal tenant waits
   int64_t tokens_now(const Entry& e, int64_t now) const;
 
