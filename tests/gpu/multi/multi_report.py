@@ -30,6 +30,17 @@ def gib(v):
     return "-" if v is None else "%.2f" % (v / GIB)
 
 
+def measured(status):
+    """'tenant@gpu share' for every tenant device in a `fracgpu status --json` answer."""
+    out = []
+    for t in status.get("tenants", []):
+        for d in t.get("devices", []):
+            if "compute_measured_share" in d:
+                out.append("%s@%s %.3f" % (t.get("name"), str(d.get("index", d.get("gpu", "?"))),
+                                           d["compute_measured_share"]))
+    return ", ".join(out) or "-"
+
+
 class Report:
     def __init__(self, d, only):
         self.d, self.only, self.rows, self.notes = d, only.split(), [], []
@@ -136,6 +147,15 @@ class Report:
         share = 100 * a / (a + b) if a and b else None
         self.crit("m4d", "GPU 1 shares A / B (50 / 50)", "50 / 50, +-3 points",
                   "-" if share is None else "%.1f / %.1f" % (share, 100 - share), share is not None and abs(share - 50) <= 3)
+
+        a, b = self.gpu("m4e", ["a", "b"], 0)
+        share = 100 * a / (a + b) if a and b else None
+        self.crit("m4e", "GPU 0 only: A 20 / B 80 (control of m4c's GPU 1)", "20 / 80, +-3 points",
+                  "-" if share is None else "%.1f / %.1f" % (share, 100 - share), share is not None and abs(share - 20) <= 3)
+        for phase in ("m4c", "m4d", "m4e"):
+            st = load(self.d, "%s.status.json" % phase)
+            if st:
+                self.notes.append("%s broker measured shares: %s" % (phase, measured(st)))
 
     def markdown(self):
         out = ["| phase | criterion | expected | measured | result |", "| --- | --- | --- | --- | --- |"]

@@ -12,12 +12,15 @@
 #   m4 share  8192^2 bf16 matmul tenants on both GPUs: each GPU alone (reference), two
 #             tenants natively, and fracgpu with tenant A 70 % of GPU 0 / 20 % of GPU 1 and
 #             tenant B 30 % / 80 %; then m4d: A on both GPUs, B on GPU 1 only (GPU 0 must
-#             stay A's whole GPU while GPU 1 is split)
+#             stay A's whole GPU while GPU 1 is split); m4e: the single-GPU control of
+#             m4c's GPU 1 (A 20 % / B 80 %, both on GPU 0 only)
 #   tests/gpu/multi/run_multi_gpu_checks.sh [--bin DIR] [--out DIR] [--seconds S]
-#       [--pairs K] [--budget S] [--only "m1 m2 ..."]
+#       [--pairs K] [--budget S] [--sync-every N] [--only "m1 m2 ..."]
 # --bin (default $B, else devrun/bin) holds fracgpu, fracgpu-broker, libfracgpu.so and
 # deps/. Results in DIR/multi (--out, default $OUT, else /tmp/fracgpu-multi-out): one JSON
-# per run, summary.md (PASS/FAIL table from multi_report.py), summary.json, logs.tar.gz.
+# per run, summary.md (PASS/FAIL table from multi_report.py), summary.json, logs.tar.gz,
+# the broker's status during each share phase (PHASE.status.json), all also in
+# DIR/multi.tar.gz. --sync-every: matmuls between the tenants' synchronisations (8).
 # NVLink multicast stays off everywhere (NCCL_NVLS_ENABLE=0 and friends are exported).
 set -u
 set -o pipefail
@@ -26,7 +29,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPT_DIR/../../.." && pwd)"
 BIN="${B:-$REPO/devrun/bin}"
 BASE_OUT="${OUT:-/tmp/fracgpu-multi-out}"
-SECS=10 PAIRS=4 BUDGET=540 ONLY=""
+SECS=10 PAIRS=4 BUDGET=540 ONLY="" SYNC_EVERY=8
 PYTHON="${PYTHON:-python3}"
 usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
@@ -37,11 +40,12 @@ while (($#)); do
     --pairs) PAIRS="${2:?}"; shift 2 ;;
     --budget) BUDGET="${2:?}"; shift 2 ;;
     --only) ONLY="${2:?}"; shift 2 ;;
+    --sync-every) SYNC_EVERY="${2:?}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_multi_gpu_checks.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-for v in SECS PAIRS BUDGET; do
+for v in SECS PAIRS BUDGET SYNC_EVERY; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "run_multi_gpu_checks.sh: $v must be a whole number" >&2; exit 2; }
 done
 [[ -d "$BIN" ]] || { echo "run_multi_gpu_checks.sh: --bin $BIN is not a directory" >&2; exit 2; }
@@ -104,7 +108,7 @@ phase() {  # phase ID NEEDED_S TEXT: false when not selected or out of time
 }
 
 mm_cmd() {  # mm_cmd PHASE TAG GPU DEVICE: a matmul process on DEVICE (as the process numbers it)
-  printf '%q ' "$PYTHON" "$REPO/tests/gpu/compute/matmul_tenant.py" --device "$4" --seconds "$SECS" \
+  printf '%q ' "$PYTHON" "$REPO/tests/gpu/compute/matmul_tenant.py" --device "$4" --seconds "$SECS" --sync-every "$SYNC_EVERY" \
     --barrier "$PH/go" --ready "$PH/$2.g$3.ready" --out "$OUTC/$1.$2.g$3.json" --tag "$1.$2.g$3"
 }
 # mm_tenant PHASE TAG native|"fracgpu run flags" GPU[:DEVICE]...: one tenant TAG (natively:
@@ -135,6 +139,8 @@ share_phase() {  # share_phase PHASE, after mm_tenant calls: wait for ready, rel
     sleep 0.1
   done
   touch "$PH/go"
+  sleep $((SECS - 1))   # the broker's measured shares near the end of the window
+  frac_cli status --json > "$OUTC/$1.status.json" 2>/dev/null
   for pg in "${GROUPS_LIVE[@]}"; do wait "$pg" 2>/dev/null; done
   for pg in "${GROUPS_LIVE[@]}"; do killgroup "$pg"; done
   GROUPS_LIVE=()
@@ -191,7 +197,6 @@ if phase m4c $((SECS + 25)) "fracgpu: A 70/20, B 30/80 on GPU 0/1"; then
   mm_tenant m4c a "--memory 20GiB --gpu 0,1 --compute 0=70,1=20" 0 1
   mm_tenant m4c b "--memory 20GiB --gpu 0,1 --compute 0=30,1=80" 0 1
   share_phase m4c
-  frac_cli status --json > "$OUTC/m4c.status.json" 2>/dev/null
 fi
 if phase m4d $((SECS + 25)) "fracgpu: A 50/50 on both GPUs, B 50 on GPU 1 only"; then
   new_phase_dir m4d; READY_WANT=3
@@ -199,9 +204,17 @@ if phase m4d $((SECS + 25)) "fracgpu: A 50/50 on both GPUs, B 50 on GPU 1 only";
   mm_tenant m4d b "--memory 20GiB --gpu 1 --compute 50" 1:0
   share_phase m4d
 fi
+if phase m4e $((SECS + 25)) "fracgpu: A 20, B 80, both on GPU 0 only (control)"; then
+  new_phase_dir m4e; READY_WANT=2
+  mm_tenant m4e a "--memory 20GiB --gpu 0 --compute 20" 0
+  mm_tenant m4e b "--memory 20GiB --gpu 0 --compute 80" 0
+  share_phase m4e
+fi
 
 say "== report ($(($(date +%s) - START))s)"
 "$PYTHON" "$SCRIPT_DIR/multi_report.py" "$OUTC" --secs "$SECS" --only "$ONLY" | tee "$OUTC/summary.md"
 STATUS=${PIPESTATUS[0]}
+tar -czf "$OUTC/logs.tar.gz" -C "$WORK" logs 2>/dev/null
+tar -czf "$BASE_OUT/multi.tar.gz" -C "$BASE_OUT" multi 2>/dev/null
 say "== done in $(($(date +%s) - START))s: $OUTC/summary.md; exit $STATUS"
 exit "$STATUS"
