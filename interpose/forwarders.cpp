@@ -30,7 +30,7 @@ extern "C" __attribute__((visibility("hidden"))) void* fracgpu_resolve_forwarder
   void* handle = shim::state()->driver_handle;
   void* target = handle != nullptr ? dlsym(handle, slot->name) : nullptr;
   if (target == nullptr) {
-    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%s is not provided by the CUDA driver", slot->name);
+    shim::warn_unavailable(slot->name);
     target = reinterpret_cast<void*>(handle != nullptr ? &missing_symbol_stub : &no_driver_stub);
   }
   __atomic_store_n(&slot->target, target, __ATOMIC_RELEASE);

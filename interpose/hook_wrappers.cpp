@@ -18,8 +18,7 @@ namespace {
 // The driver lacks this ABI (older driver) or no driver was found at all.
 CUresult missing_driver_function(HookId id) noexcept {
   const bool no_driver = state() == nullptr || state()->driver_handle == nullptr;
-  FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s is not provided by the CUDA driver",
-                     static_cast<int>(hook_info(id).symbol.size()), hook_info(id).symbol.data());
+  warn_unavailable(hook_info(id).symbol);
   if (no_driver) return id == HookId::cuInit ? CUDA_ERROR_NO_DEVICE : CUDA_ERROR_NOT_INITIALIZED;
   return CUDA_ERROR_NOT_FOUND;
 }

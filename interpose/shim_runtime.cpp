@@ -70,6 +70,15 @@ void initialize_once() noexcept {
 
 }  // namespace
 
+void warn_unavailable(std::string_view symbol) noexcept {
+  const int n = static_cast<int>(symbol.size());
+  if (state() != nullptr && state()->driver_handle != nullptr)
+    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s is not provided by the CUDA driver", n, symbol.data());
+  else
+    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s fails: CUDA is unavailable to this process (no driver in use)", n,
+                       symbol.data());
+}
+
 void initialize_slow() noexcept {
   std::call_once(g_init_once, initialize_once);
   g_initialized.store(true, std::memory_order_release);

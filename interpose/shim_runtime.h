@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <string>
+#include <string_view>
 
 #include "core/hook_catalog.h"
 #include "core/proc_address_resolver.h"
@@ -37,6 +38,11 @@ inline void ensure_initialized() noexcept {
 
 // Null before initialisation.
 ShimState* state() noexcept;
+
+// One capped warning for a driver function that cannot be called: missing from an older
+// driver, or no driver at all (none found, or closed off because the broker is gone, which
+// an error line has already said).
+void warn_unavailable(std::string_view symbol) noexcept;
 
 // Our wrapper for each hook (what cuGetProcAddress hands out), from hook_wrappers.cpp.
 std::array<void*, kHookCount> wrapper_addresses() noexcept;

@@ -121,6 +121,9 @@ TEST_F(ShimBehaviour, NoDriverGivesAnErrorCodeAndOneLineNotACrash) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("cuInit(0) failed: ? (100)"), std::string::npos) << r.out;  // CUDA_ERROR_NO_DEVICE
   EXPECT_NE(r.err.find("no CUDA driver found (tried /nonexistent/libcuda.so.1)"), std::string::npos) << r.err;
+  // With no driver at all, the calls that fail say so, not that the driver lacks them.
+  EXPECT_EQ(r.err.find("is not provided by the CUDA driver"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cuInit fails: CUDA is unavailable to this process"), std::string::npos) << r.err;
 }
 
 TEST_F(ShimBehaviour, DisabledShimOnlyForwards) {
