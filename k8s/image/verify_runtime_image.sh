@@ -10,7 +10,7 @@
 # k8s/deploy/base/daemonset.yaml, installs the shim and ld.so.preload into a host
 # directory (twice, as on an upgrade). What it does NOT prove: that `docker build` of the
 # Dockerfile succeeds (its build stage is not emulated: the binaries come from the build
-# folder here, built on this Debian 12 machine from the working tree with the same
+# folder given, built on this Debian 12 machine from its source tree with the same
 # options), anything about the NVIDIA container toolkit, a GPU, or a real cluster.
 # Needs root (debootstrap, chroot, mount namespace) and deb.debian.org (or DEBIAN_MIRROR).
 #
