@@ -11,7 +11,8 @@
 
 namespace fracgpu::k8s {
 
-Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory) {
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory,
+                                       const ResourceClass& cls) {
   using R = Result<AllocationPlan>;
   if (device_ids.empty()) return R::failure("the request names no fracgpu slices");
   std::string uuid;
@@ -27,12 +28,13 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
       return R::failure("slices " + first_id + " and " + id +
                         " are on different GPUs; fracgpu gives a container slices of one GPU only, so request at "
                         "most " +
-                        std::to_string(inventory.slices_per_gpu()) + " " + kResourceName +
+                        std::to_string(cls.count) + " " + cls.resource_name +
                         " per container (or split the work into several containers)");
     }
-    if (slice->index >= inventory.slices_per_gpu()) {
-      return R::failure("slice " + id + " does not exist: this node cuts each GPU into " +
-                        std::to_string(inventory.slices_per_gpu()) + " slices");
+    if (!cls.owns(slice->index)) {
+      return R::failure("slice " + id + " is not a " + cls.resource_name + " slice: on this node that resource is " +
+                        std::to_string(cls.count) + " slices of each GPU, numbered " +
+                        std::to_string(cls.first_index) + " to " + std::to_string(cls.first_index + cls.count - 1));
     }
     indices.insert(slice->index);
   }
@@ -43,13 +45,14 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
   AllocationPlan plan;
   plan.gpu = gpu->info;
   plan.slices.assign(indices.begin(), indices.end());
-  plan.slices_per_gpu = inventory.slices_per_gpu();
-  plan.tenant = tenant_name_for(uuid, plan.slices);
-  const auto k = static_cast<uint64_t>(plan.slices.size());
-  const auto n = static_cast<uint64_t>(plan.slices_per_gpu);
-  // capacity·k fits easily in 64 bits (k ≤ 64, capacity well under 2^57).
-  plan.memory_limit = plan.gpu.memory_capacity * k / n;
-  plan.compute = std::max(1, static_cast<int>(100 * k / n));
+  plan.slices_per_gpu = cls.slices_per_gpu;
+  plan.tenant = tenant_name_for(uuid, plan.slices, cls.tenant_prefix);
+  const SliceQuota quota = quota_for(cls, plan.gpu.memory_capacity, static_cast<int>(plan.slices.size()));
+  plan.memory_limit = quota.memory_limit;
+  plan.memory_request = quota.memory_request;
+  plan.compute = quota.compute;
+  plan.priority = cls.priority;
+  plan.class_label = cls.label;
   return plan;
 }
 
@@ -58,9 +61,9 @@ nlohmann::json tenant_definition(const AllocationPlan& plan) {
           {"devices",
            nlohmann::json::array({{{"gpu", plan.gpu.index},
                                    {"memory_limit", plan.memory_limit},
-                                   {"memory_request", plan.memory_limit},
+                                   {"memory_request", plan.memory_request},
                                    {"compute", plan.compute},
-                                   {"priority", "normal"}}})}};
+                                   {"priority", plan.priority}}})}};
 }
 
 namespace {
@@ -150,6 +153,7 @@ void fill_container_response(const AllocationPlan& plan, const PluginConfig& con
   annotations["fracgpu.io/tenant"] = plan.tenant;
   annotations["fracgpu.io/gpu"] = plan.gpu.uuid;
   annotations["fracgpu.io/slices"] = std::to_string(plan.slices.size()) + "/" + std::to_string(plan.slices_per_gpu);
+  annotations["fracgpu.io/slice-class"] = plan.class_label;
 }
 
 }  // namespace fracgpu::k8s

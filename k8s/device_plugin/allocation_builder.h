@@ -11,6 +11,7 @@
 #include "deviceplugin/api.pb.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
+#include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
 
 namespace fracgpu::k8s {
@@ -21,19 +22,23 @@ struct AllocationPlan {
   std::vector<int> slices;  // sorted, distinct
   int slices_per_gpu = 0;
   uint64_t memory_limit = 0;
+  uint64_t memory_request = 0;
   int compute = 0;
+  std::string priority;     // the broker's class: high, normal, low
+  std::string class_label;  // normal, high, besteffort
 };
 
-// Checks the IDs (known, healthy, one GPU) and computes the tenant and its quota.
-// Errors are one sentence meant for `kubectl describe pod`.
-Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory);
+// Checks the IDs (known, of this class, healthy, one GPU) and computes the tenant and its
+// quota (quota_for). Errors are one sentence meant for `kubectl describe pod`.
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory,
+                                       const ResourceClass& cls);
 
 // The tenant's definition in the broker's admin protocol.
 nlohmann::json tenant_definition(const AllocationPlan& plan);
 
 // Creates the tenant, or updates it when it already exists (a restarted container).
-// When the broker refuses a new tenant, the plugin's tenants that still hold any of
-// these slices and have no running process are deleted and the creation is tried once
+// When the broker refuses a new tenant, the plugin's tenants (of any class: a changed
+// high-slices moves indices between classes) that still hold any of these slices and have no running process are deleted and the creation is tried once
 // more: the kubelet hands a slice to one container at a time, so such a tenant belongs
 // to a container that has gone, and its guaranteed memory would block the new one.
 Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);

@@ -11,9 +11,9 @@ namespace {
 
 constexpr auto kStreamWakeup = std::chrono::milliseconds(250);
 
-v1beta1::ListAndWatchResponse device_list(const SliceInventory& inventory) {
+v1beta1::ListAndWatchResponse device_list(const SliceInventory& inventory, const ResourceClass& cls) {
   v1beta1::ListAndWatchResponse list;
-  for (const auto& slice : inventory.slices()) {
+  for (const auto& slice : inventory.slices(cls)) {
     auto* device = list.add_devices();
     device->set_id(slice.id);
     device->set_health(slice.healthy ? "Healthy" : "Unhealthy");
@@ -45,15 +45,17 @@ grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*, c
 grpc::Status DevicePluginService::ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
                                                grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
   uint64_t sent_generation = inventory_.generation();
-  auto list = device_list(inventory_);
-  spdlog::info("ListAndWatch: the kubelet is watching; sending {} slices", list.devices_size());
+  auto list = device_list(inventory_, class_);
+  spdlog::info("ListAndWatch {}: the kubelet is watching; sending {} slices", class_.resource_name,
+               list.devices_size());
   if (!writer->Write(list)) return grpc::Status::OK;
   while (!stopping_ && !context->IsCancelled() && !inventory_.stopped()) {
     const uint64_t now = inventory_.wait_for_change(sent_generation, kStreamWakeup);
     if (now == sent_generation) continue;
     sent_generation = now;
-    list = device_list(inventory_);
-    spdlog::info("ListAndWatch: the slice list changed; sending {} slices", list.devices_size());
+    list = device_list(inventory_, class_);
+    spdlog::info("ListAndWatch {}: the slice list changed; sending {} slices", class_.resource_name,
+                 list.devices_size());
     if (!writer->Write(list)) break;
   }
   return grpc::Status::OK;
@@ -70,8 +72,8 @@ grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
     auto chosen = prefer_slices(available, must, container.allocation_size());
     auto* answer = response->add_container_responses();
     for (auto& id : chosen) answer->add_deviceids(std::move(id));
-    spdlog::debug("GetPreferredAllocation: {} of {} available -> {}", container.allocation_size(), available.size(),
-                  joined(answer->deviceids()));
+    spdlog::debug("GetPreferredAllocation {}: {} of {} available -> {}", class_.resource_name,
+                  container.allocation_size(), available.size(), joined(answer->deviceids()));
   }
   return grpc::Status::OK;
 }
@@ -80,9 +82,10 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
                                            v1beta1::AllocateResponse* response) {
   for (const auto& container : request->container_requests()) {
     const std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
-    auto plan = plan_allocation(ids, inventory_);
+    auto plan = plan_allocation(ids, inventory_, class_);
     if (!plan) {
-      spdlog::warn("Allocate refused [{}]: {}", joined(container.devices_ids()), plan.error());
+      spdlog::warn("Allocate {} refused [{}]: {}", class_.resource_name, joined(container.devices_ids()),
+                   plan.error());
       return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
     }
     if (auto ensured = ensure_tenant(broker_, *plan); !ensured) {
@@ -92,8 +95,10 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
               "fracgpu: " + ensured.error()};
     }
     fill_container_response(*plan, config_, *response->add_container_responses());
-    spdlog::info("Allocate: tenant {} on GPU {} ({} of {} slices: {} bytes, {}% compute)", plan->tenant,
-                 plan->gpu.uuid, plan->slices.size(), plan->slices_per_gpu, plan->memory_limit, plan->compute);
+    spdlog::info("Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, compute {}, "
+                 "priority {})",
+                 class_.resource_name, plan->tenant, plan->gpu.uuid, plan->slices.size(), plan->slices_per_gpu,
+                 plan->memory_limit, plan->memory_request, plan->compute, plan->priority);
   }
   return grpc::Status::OK;
 }

@@ -1,4 +1,7 @@
-// The DevicePlugin gRPC service the kubelet calls on our endpoint socket (API v1beta1).
+// The DevicePlugin gRPC service the kubelet calls on one endpoint socket (API v1beta1).
+// One instance per slice class (resource_class.h): the class decides which slices it
+// streams, which IDs Allocate accepts and the quota and priority of the tenant it makes;
+// the inventory and the broker link are shared.
 // Synchronous gRPC: every call is short except ListAndWatch, which holds one server
 // thread for as long as the kubelet watches, waking on inventory changes and on stop().
 #pragma once
@@ -8,14 +11,16 @@
 #include "deviceplugin/api.grpc.pb.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
+#include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
 
 namespace fracgpu::k8s {
 
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
-  DevicePluginService(const PluginConfig& config, SliceInventory& inventory, const BrokerAdmin& broker)
-      : config_(config), inventory_(inventory), broker_(broker) {}
+  DevicePluginService(const PluginConfig& config, ResourceClass cls, SliceInventory& inventory,
+                      const BrokerAdmin& broker)
+      : config_(config), class_(std::move(cls)), inventory_(inventory), broker_(broker) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
                                       v1beta1::DevicePluginOptions* response) override;
@@ -36,6 +41,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
 
  private:
   const PluginConfig& config_;
+  const ResourceClass class_;
   SliceInventory& inventory_;
   const BrokerAdmin& broker_;
   std::atomic<bool> stopping_{false};

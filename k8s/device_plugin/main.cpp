@@ -1,6 +1,8 @@
 // fracgpu-device-plugin: advertises each GPU of the node broker as N slices of
-// fracgpu.io/gpu-slice to the kubelet and turns each container's slices into a broker
-// tenant with the matching quota. This file only reads flags and signals.
+// fracgpu.io/gpu-slice (some of them, optionally, as fracgpu.io/gpu-slice-high, plus
+// optional extra fracgpu.io/gpu-slice-besteffort slices) to the kubelet and turns each
+// container's slices into a broker tenant with the matching quota and priority. This
+// file only reads flags and signals.
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -26,14 +28,23 @@ int main(int argc, char** argv) {
   std::string config_file;
   std::string node_name = std::getenv("NODE_NAME") ? std::getenv("NODE_NAME") : "";
   int slices_flag = config.slices;
+  int high_flag = config.high_slices;
+  int besteffort_flag = config.besteffort_slices;
   long health_ms = config.health_interval.count();
 
-  CLI::App app{"fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice) for the kubelet"};
+  CLI::App app{"fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice, -high, -besteffort) for the kubelet"};
   app.add_option("--plugin-dir", config.plugin_dir, "the kubelet's device-plugin directory")->capture_default_str();
   app.add_option("--broker-run-dir", config.broker_run_dir, "the node broker's run directory (host path)")
       ->capture_default_str();
   auto* slices_option = app.add_option("--slices", slices_flag, "slices per GPU (overrides --config; default 8)");
-  app.add_option("--config", config_file, "config file: JSON or key=value (slices, slices.<node>)");
+  auto* high_option = app.add_option("--high-slices", high_flag,
+                                     "of each GPU's slices, how many are fracgpu.io/gpu-slice-high (overrides --config; "
+                                     "default 0)");
+  auto* besteffort_option = app.add_option("--besteffort-slices", besteffort_flag,
+                                           "extra unguaranteed fracgpu.io/gpu-slice-besteffort slices per GPU "
+                                           "(overrides --config; default 0)");
+  app.add_option("--config", config_file,
+                 "config file: JSON or key=value (slices, high-slices, besteffort-slices, each also <key>.<node>)");
   app.add_option("--node-name", node_name, "this node's name, for per-node config entries (env NODE_NAME)");
   app.add_option("--shim-host-path", config.shim_host_path, "libfracgpu.so on the host")->capture_default_str();
   app.add_option("--preload-host-path", config.preload_host_path, "the ld.so.preload file on the host naming the shim")
@@ -68,6 +79,8 @@ int main(int argc, char** argv) {
     }
   }
   if (slices_option->count() > 0) config.slices = slices_flag;
+  if (high_option->count() > 0) config.high_slices = high_flag;
+  if (besteffort_option->count() > 0) config.besteffort_slices = besteffort_flag;
   if (health_ms < 10) {
     spdlog::error("--health-interval-ms must be at least 10, got {}", health_ms);
     return 2;
@@ -85,8 +98,9 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  spdlog::info("fracgpu-device-plugin: {} slices per GPU, plugin dir {}, broker {}", config.slices, config.plugin_dir,
-               config.broker_run_dir);
+  spdlog::info("fracgpu-device-plugin: {} slices per GPU ({} of them high) and {} best-effort slices, plugin dir {}, "
+               "broker {}",
+               config.slices, config.high_slices, config.besteffort_slices, config.plugin_dir, config.broker_run_dir);
   PluginRunner runner(config);
   return runner.run(g_stop);
 }

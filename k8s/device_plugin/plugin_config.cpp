@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -28,11 +29,46 @@ std::optional<int> parse_int(const std::string& text) {
   return value;
 }
 
-Status slices_from_json(const nlohmann::json& doc, const std::string& where, std::optional<int>& out) {
-  if (!doc.contains("slices")) return {};
-  const auto& value = doc["slices"];
-  if (!value.is_number_integer()) return Status::failure(where + ": \"slices\" must be a whole number");
-  out = value.get<int>();
+// The integer settings a config file may hold, each also allowed per node.
+struct IntSetting {
+  const char* key;
+  int PluginConfig::*member;
+};
+constexpr IntSetting kIntSettings[] = {{"slices", &PluginConfig::slices},
+                                       {"high-slices", &PluginConfig::high_slices},
+                                       {"besteffort-slices", &PluginConfig::besteffort_slices}};
+
+const IntSetting* find_setting(const std::string& key) {
+  for (const auto& setting : kIntSettings) {
+    if (key == setting.key) return &setting;
+  }
+  return nullptr;
+}
+
+// Values found in a file, per setting: the plain one and the one for this node.
+struct FoundValues {
+  std::optional<int> plain[std::size(kIntSettings)];
+  std::optional<int> for_node[std::size(kIntSettings)];
+
+  void apply(PluginConfig& config) const {
+    for (std::size_t i = 0; i < std::size(kIntSettings); ++i) {
+      if (for_node[i]) {
+        config.*kIntSettings[i].member = *for_node[i];
+      } else if (plain[i]) {
+        config.*kIntSettings[i].member = *plain[i];
+      }
+    }
+  }
+};
+
+Status ints_from_json(const nlohmann::json& doc, const std::string& where, std::optional<int> (&out)[std::size(kIntSettings)]) {
+  for (std::size_t i = 0; i < std::size(kIntSettings); ++i) {
+    const char* key = kIntSettings[i].key;
+    if (!doc.contains(key)) continue;
+    const auto& value = doc[key];
+    if (!value.is_number_integer()) return Status::failure(where + ": \"" + key + "\" must be a whole number");
+    out[i] = value.get<int>();
+  }
   return {};
 }
 
@@ -40,23 +76,23 @@ Status load_json(const std::string& path, const std::string& text, const std::st
                  PluginConfig& config) {
   auto doc = nlohmann::json::parse(text, nullptr, false);
   if (!doc.is_object()) return Status::failure(path + " is not a JSON object");
-  std::optional<int> slices;
-  if (auto s = slices_from_json(doc, path, slices); !s) return s;
+  FoundValues found;
+  if (auto s = ints_from_json(doc, path, found.plain); !s) return s;
   if (doc.contains("nodes") && doc["nodes"].is_object() && !node_name.empty() && doc["nodes"].contains(node_name)) {
     const auto& node = doc["nodes"][node_name];
     if (!node.is_object()) return Status::failure(path + ": nodes." + node_name + " must be an object");
-    if (auto s = slices_from_json(node, path + " nodes." + node_name, slices); !s) return s;
+    if (auto s = ints_from_json(node, path + " nodes." + node_name, found.for_node); !s) return s;
   }
   for (const auto& [key, value] : doc.items()) {
-    if (key != "slices" && key != "nodes") spdlog::warn("{}: ignoring unknown setting \"{}\"", path, key);
+    if (key != "nodes" && !find_setting(key)) spdlog::warn("{}: ignoring unknown setting \"{}\"", path, key);
   }
-  if (slices) config.slices = *slices;
+  found.apply(config);
   return {};
 }
 
 Status load_key_values(const std::string& path, const std::string& text, const std::string& node_name,
                        PluginConfig& config) {
-  std::optional<int> plain, for_node;
+  FoundValues found;
   std::istringstream lines(text);
   std::string line;
   int number = 0;
@@ -70,21 +106,21 @@ Status load_key_values(const std::string& path, const std::string& text, const s
     if (eq == std::string::npos) return Status::failure(where + ": expected key=value, got \"" + line + "\"");
     const std::string key = trim(line.substr(0, eq));
     const std::string value = trim(line.substr(eq + 1));
-    const bool is_node_key = key.rfind("slices.", 0) == 0;
-    if (key != "slices" && !is_node_key) {
+    // "<setting>.<node>": node names may contain dots, setting names do not.
+    const auto dot = key.find('.');
+    const IntSetting* setting = find_setting(key.substr(0, dot));
+    if (!setting) {
       spdlog::warn("{}: ignoring unknown setting \"{}\"", where, key);
       continue;
     }
-    if (is_node_key && key.substr(7) != node_name) continue;
+    const bool is_node_key = dot != std::string::npos;
+    if (is_node_key && key.substr(dot + 1) != node_name) continue;
     auto parsed = parse_int(value);
     if (!parsed) return Status::failure(where + ": " + key + " must be a whole number, got \"" + value + "\"");
-    (is_node_key ? for_node : plain) = *parsed;
+    const auto i = static_cast<std::size_t>(setting - kIntSettings);
+    (is_node_key ? found.for_node : found.plain)[i] = *parsed;
   }
-  if (for_node) {
-    config.slices = *for_node;
-  } else if (plain) {
-    config.slices = *plain;
-  }
+  found.apply(config);
   return {};
 }
 
@@ -105,6 +141,17 @@ Status validate(const PluginConfig& config) {
   if (config.slices < 1 || config.slices > kMaxSlicesPerGpu) {
     return Status::failure("slices per GPU must be between 1 and " + std::to_string(kMaxSlicesPerGpu) + ", got " +
                            std::to_string(config.slices));
+  }
+  if (config.high_slices < 0 || config.high_slices > config.slices) {
+    return Status::failure("high-slices must be between 0 and slices (" + std::to_string(config.slices) +
+                           "): high slices are carved out of each GPU's " + std::to_string(config.slices) +
+                           " slices, got " + std::to_string(config.high_slices));
+  }
+  const int besteffort_max = kMaxSlicesPerGpu - config.slices;
+  if (config.besteffort_slices < 0 || config.besteffort_slices > besteffort_max) {
+    return Status::failure("besteffort-slices must be between 0 and " + std::to_string(besteffort_max) +
+                           " (slices + besteffort-slices at most " + std::to_string(kMaxSlicesPerGpu) + "), got " +
+                           std::to_string(config.besteffort_slices));
   }
   if (config.plugin_dir.empty() || config.plugin_dir.front() != '/') {
     return Status::failure("--plugin-dir must be an absolute path, got \"" + config.plugin_dir + "\"");

@@ -14,6 +14,8 @@ using broker::Result;
 using broker::Status;
 
 inline constexpr const char* kResourceName = "fracgpu.io/gpu-slice";
+inline constexpr const char* kHighResourceName = "fracgpu.io/gpu-slice-high";
+inline constexpr const char* kBestEffortResourceName = "fracgpu.io/gpu-slice-besteffort";
 inline constexpr const char* kApiVersion = "v1beta1";
 inline constexpr const char* kKubeletSocketName = "kubelet.sock";
 inline constexpr const char* kDefaultEndpointName = "fracgpu.sock";
@@ -27,6 +29,12 @@ struct PluginConfig {
   std::string endpoint_name = kDefaultEndpointName;
   std::string broker_run_dir = "/run/fracgpu";
   int slices = 8;
+  // Of each GPU's `slices`, how many are advertised as fracgpu.io/gpu-slice-high (0: the
+  // resource is not registered). See resource_class.h.
+  int high_slices = 0;
+  // Extra, unguaranteed slices per GPU beyond `slices`, advertised as
+  // fracgpu.io/gpu-slice-besteffort (0: not registered).
+  int besteffort_slices = 0;
   // Host paths the container runtime bind-mounts (the DaemonSet's installer puts them there).
   std::string shim_host_path = "/var/lib/fracgpu/lib/libfracgpu.so";
   std::string preload_host_path = "/var/lib/fracgpu/ld.so.preload";
@@ -36,9 +44,10 @@ struct PluginConfig {
   std::string log_level = "info";
 };
 
-// Reads `path` into `config`. JSON: {"slices": 8, "nodes": {"node-a": {"slices": 4}}};
-// key=value: "slices=8" and "slices.node-a=4" lines ('#' starts a comment). The entry
-// for `node_name`, when there is one, wins over the plain one. Unknown keys are
+// Reads `path` into `config`. JSON: {"slices": 8, "high-slices": 2, "nodes": {"node-a":
+// {"slices": 4}}}; key=value: "slices=8" and "slices.node-a=4" lines ('#' starts a
+// comment). The keys are slices, high-slices and besteffort-slices; for each key the
+// entry for `node_name`, when there is one, wins over the plain one. Unknown keys are
 // reported as warnings, never fatal, so a newer ConfigMap does not break an older plugin.
 Status load_config_file(const std::string& path, const std::string& node_name, PluginConfig& config);
 

@@ -35,12 +35,21 @@ void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<boo
 PluginRunner::PluginRunner(PluginConfig config)
     : config_(std::move(config)),
       broker_(config_.broker_run_dir),
-      health_probe_(config_.broker_run_dir, single_attempt()),
-      inventory_(config_.slices) {}
+      health_probe_(config_.broker_run_dir, single_attempt()) {
+  for (auto& cls : resource_classes(config_)) {
+    Endpoint endpoint;
+    endpoint.cls = std::move(cls);
+    endpoints_.push_back(std::move(endpoint));
+  }
+}
 
-PluginRunner::~PluginRunner() { stop_server(); }
+PluginRunner::~PluginRunner() {
+  for (auto& endpoint : endpoints_) stop_server(endpoint);
+}
 
-std::string PluginRunner::endpoint_path() const { return config_.plugin_dir + "/" + config_.endpoint_name; }
+std::string PluginRunner::endpoint_path(const Endpoint& endpoint) const {
+  return config_.plugin_dir + "/" + endpoint.cls.endpoint_name;
+}
 std::string PluginRunner::kubelet_socket_path() const { return config_.plugin_dir + "/" + kKubeletSocketName; }
 
 bool PluginRunner::identify(const std::string& path, FileIdentity& out) {
@@ -50,59 +59,85 @@ bool PluginRunner::identify(const std::string& path, FileIdentity& out) {
   return true;
 }
 
-bool PluginRunner::start_server() {
-  const std::string path = endpoint_path();
+bool PluginRunner::start_server(Endpoint& endpoint) {
+  const std::string path = endpoint_path(endpoint);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     spdlog::error("cannot remove the old socket {}: {}", path, std::strerror(errno));
     return false;
   }
-  service_ = std::make_unique<DevicePluginService>(config_, inventory_, broker_);
+  endpoint.service = std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_, broker_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_ || !identify(path, endpoint_identity_)) {
-    spdlog::error("cannot serve the device plugin on {}", path);
-    server_.reset();
-    service_.reset();
+  builder.RegisterService(endpoint.service.get());
+  endpoint.server = builder.BuildAndStart();
+  if (!endpoint.server || !identify(path, endpoint.socket_identity)) {
+    spdlog::error("cannot serve the device plugin for {} on {}", endpoint.cls.resource_name, path);
+    endpoint.server.reset();
+    endpoint.service.reset();
     return false;
   }
-  spdlog::info("serving the device-plugin API on {}", path);
+  spdlog::info("serving the device-plugin API for {} on {}", endpoint.cls.resource_name, path);
   return true;
 }
 
-void PluginRunner::stop_server() {
-  if (!server_) return;
-  service_->stop();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server_->Wait();
-  server_.reset();
-  service_.reset();
+void PluginRunner::stop_server(Endpoint& endpoint) {
+  if (!endpoint.server) return;
+  endpoint.service->stop();
+  endpoint.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  endpoint.server->Wait();
+  endpoint.server.reset();
+  endpoint.service.reset();
   // Remove our socket only if it is still ours (a restarted kubelet may have cleaned up).
   FileIdentity now;
-  if (identify(endpoint_path(), now) && now == endpoint_identity_) ::unlink(endpoint_path().c_str());
+  if (identify(endpoint_path(endpoint), now) && now == endpoint.socket_identity) {
+    ::unlink(endpoint_path(endpoint).c_str());
+  }
 }
 
-bool PluginRunner::register_with_kubelet() {
+bool PluginRunner::register_with_kubelet(const Endpoint& endpoint) {
   auto channel = grpc::CreateChannel("unix://" + kubelet_socket_path(), grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   v1beta1::RegisterRequest request;
   request.set_version(kApiVersion);
-  request.set_endpoint(config_.endpoint_name);
-  request.set_resource_name(kResourceName);
+  request.set_endpoint(endpoint.cls.endpoint_name);
+  request.set_resource_name(endpoint.cls.resource_name);
   *request.mutable_options() = DevicePluginService::options();
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kRegisterDeadline);
   v1beta1::Empty reply;
   const grpc::Status status = stub->Register(&context, request, &reply);
   if (!status.ok()) {
-    spdlog::warn("registration with the kubelet at {} failed: {} (will retry)", kubelet_socket_path(),
-                 status.error_message());
+    spdlog::warn("registration of {} with the kubelet at {} failed: {} (will retry)", endpoint.cls.resource_name,
+                 kubelet_socket_path(), status.error_message());
     return false;
   }
-  spdlog::info("registered {} with the kubelet (endpoint {}, API {})", kResourceName, config_.endpoint_name,
-               kApiVersion);
+  spdlog::info("registered {} with the kubelet (endpoint {}, API {})", endpoint.cls.resource_name,
+               endpoint.cls.endpoint_name, kApiVersion);
   return true;
+}
+
+void PluginRunner::keep_registered(Endpoint& endpoint, bool kubelet_present, const FileIdentity& kubelet_now) {
+  FileIdentity socket_now;
+  if (endpoint.server &&
+      (!identify(endpoint_path(endpoint), socket_now) || !(socket_now == endpoint.socket_identity))) {
+    spdlog::warn("our socket {} was removed or replaced (kubelet restart?): serving again", endpoint_path(endpoint));
+    stop_server(endpoint);
+    endpoint.registered = false;
+  }
+  if (!endpoint.server && !start_server(endpoint)) return;
+  if (!kubelet_present) {
+    endpoint.registered = false;
+    return;
+  }
+  if (endpoint.registered && !(kubelet_now == endpoint.registered_kubelet)) {
+    spdlog::info("the kubelet socket was recreated (kubelet restart): registering {} again",
+                 endpoint.cls.resource_name);
+    endpoint.registered = false;
+  }
+  if (!endpoint.registered && register_with_kubelet(endpoint)) {
+    endpoint.registered = true;
+    endpoint.registered_kubelet = kubelet_now;
+  }
 }
 
 void PluginRunner::health_loop(const std::atomic<bool>& stop) {
@@ -117,37 +152,16 @@ int PluginRunner::run(const std::atomic<bool>& stop) {
   std::thread health([&] { health_loop(stop); });
   bool kubelet_missing_logged = false;
   while (!stop) {
-    FileIdentity endpoint_now;
-    if (server_ && (!identify(endpoint_path(), endpoint_now) || !(endpoint_now == endpoint_identity_))) {
-      spdlog::warn("our socket {} was removed or replaced (kubelet restart?): serving again", endpoint_path());
-      stop_server();
-      registered_ = false;
-    }
-    if (!server_ && !start_server()) {
-      sleep_unless_stopped(config_.kubelet_check_interval, stop);
-      continue;
-    }
     FileIdentity kubelet_now;
-    if (!identify(kubelet_socket_path(), kubelet_now)) {
-      if (!kubelet_missing_logged) spdlog::info("waiting for the kubelet socket {}", kubelet_socket_path());
-      kubelet_missing_logged = true;
-      registered_ = false;
-    } else {
-      kubelet_missing_logged = false;
-      if (registered_ && !(kubelet_now == registered_kubelet_)) {
-        spdlog::info("the kubelet socket was recreated (kubelet restart): registering again");
-        registered_ = false;
-      }
-      if (!registered_ && register_with_kubelet()) {
-        registered_ = true;
-        registered_kubelet_ = kubelet_now;
-      }
-    }
+    const bool kubelet_present = identify(kubelet_socket_path(), kubelet_now);
+    if (!kubelet_present && !kubelet_missing_logged) spdlog::info("waiting for the kubelet socket {}", kubelet_socket_path());
+    kubelet_missing_logged = !kubelet_present;
+    for (auto& endpoint : endpoints_) keep_registered(endpoint, kubelet_present, kubelet_now);
     sleep_unless_stopped(config_.kubelet_check_interval, stop);
   }
   spdlog::info("stopping");
   inventory_.stop();
-  stop_server();
+  for (auto& endpoint : endpoints_) stop_server(endpoint);
   health.join();
   return 0;
 }

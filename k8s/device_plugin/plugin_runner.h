@@ -1,8 +1,10 @@
-// The plugin's lifecycle around the kubelet: serve DevicePlugin on our endpoint socket,
-// register with the kubelet's Registration service, and do both again whenever the
-// kubelet restarts. A restarting kubelet removes the sockets in its device-plugin
+// The plugin's lifecycle around the kubelet: for every slice class (resource_class.h),
+// serve DevicePlugin on the class's endpoint socket and register its resource with the
+// kubelet's Registration service — the kubelet takes one resource per registration — and
+// do both again whenever the kubelet restarts. A restarting kubelet removes the sockets in its device-plugin
 // directory and creates a new kubelet.sock; we notice either (our socket gone, or
-// kubelet.sock replaced: a different inode or change time) on a one-second check —
+// kubelet.sock replaced: a different inode or change time) on a one-second check, per
+// endpoint, so one class's socket removed alone is served and registered again too —
 // polling rather than inotify because the directory is a hostPath mount where polling
 // is always reliable and one stat a second is nothing. A second thread re-reads the
 // broker's GPU list for health.
@@ -13,12 +15,14 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/device_plugin_service.h"
 #include "device_plugin/plugin_config.h"
+#include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
 
 namespace fracgpu::k8s {
@@ -33,7 +37,6 @@ class PluginRunner {
   // Runs until `stop` becomes true; returns the process exit status.
   int run(const std::atomic<bool>& stop);
 
-  std::string endpoint_path() const;
   std::string kubelet_socket_path() const;
 
  private:
@@ -45,20 +48,29 @@ class PluginRunner {
   };
   static bool identify(const std::string& path, FileIdentity& out);
 
-  bool start_server();
-  void stop_server();
-  bool register_with_kubelet();
+  // One slice class's gRPC server and its registration state.
+  struct Endpoint {
+    ResourceClass cls;
+    std::unique_ptr<DevicePluginService> service;
+    std::unique_ptr<grpc::Server> server;
+    FileIdentity socket_identity;
+    FileIdentity registered_kubelet;
+    bool registered = false;
+  };
+
+  std::string endpoint_path(const Endpoint& endpoint) const;
+  bool start_server(Endpoint& endpoint);
+  void stop_server(Endpoint& endpoint);
+  bool register_with_kubelet(const Endpoint& endpoint);
+  // One pass of the kubelet check for one endpoint: serve, notice a restart, register.
+  void keep_registered(Endpoint& endpoint, bool kubelet_present, const FileIdentity& kubelet_now);
   void health_loop(const std::atomic<bool>& stop);
 
   PluginConfig config_;
   BrokerAdmin broker_;        // Allocate: retries while the broker restarts
   BrokerAdmin health_probe_;  // health polls: one attempt, the next poll is the retry
   SliceInventory inventory_;
-  std::unique_ptr<DevicePluginService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  FileIdentity endpoint_identity_;
-  FileIdentity registered_kubelet_;
-  bool registered_ = false;
+  std::vector<Endpoint> endpoints_;  // one per advertised class, in registration order
 };
 
 }  // namespace fracgpu::k8s

@@ -49,26 +49,30 @@ std::string gpu_tag(const std::string& gpu_uuid) {
   return buf;
 }
 
-std::string tenant_name_for(const std::string& gpu_uuid, const std::vector<int>& slice_indices) {
+std::string tenant_name_for(const std::string& gpu_uuid, const std::vector<int>& slice_indices,
+                            const std::string& prefix) {
   uint64_t mask = 0;
   for (int i : slice_indices) {
     if (i >= 0 && i < kMaxSlicesPerGpu) mask |= uint64_t{1} << i;
   }
   char buf[17];
   std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(mask));
-  return std::string(kTenantPrefix) + gpu_tag(gpu_uuid) + "-" + buf;
+  return prefix + gpu_tag(gpu_uuid) + "-" + buf;
 }
 
 std::optional<TenantSlices> parse_tenant_name(const std::string& name) {
-  const std::string prefix = kTenantPrefix;
-  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  std::string prefix;
+  for (const char* known : {kTenantPrefix, kHighTenantPrefix, kBestEffortTenantPrefix}) {
+    if (name.rfind(known, 0) == 0) prefix = known;
+  }
+  if (prefix.empty()) return std::nullopt;
   const std::string rest = name.substr(prefix.size());
   const auto dash = rest.find('-');
   if (dash != 8) return std::nullopt;
   auto tag = parse_hex(rest.substr(0, dash));
   auto mask = parse_hex(rest.substr(dash + 1));
   if (!tag || !mask || *mask == 0) return std::nullopt;
-  return TenantSlices{rest.substr(0, dash), *mask};
+  return TenantSlices{prefix, rest.substr(0, dash), *mask};
 }
 
 }  // namespace fracgpu::k8s

@@ -14,9 +14,14 @@
 namespace fracgpu::k8s {
 
 inline constexpr const char* kSliceSeparator = "::";
-// Slices per GPU are a bitmask in the tenant name; 64 keeps it one uint64.
+// Slice indices per GPU (all classes together) are a bitmask in the tenant name; 64
+// keeps it one uint64.
 inline constexpr int kMaxSlicesPerGpu = 64;
+// One prefix per slice class (resource_class.h), so that tenant names never collide
+// across classes; "s-" is the normal class's, as before classes existed.
 inline constexpr const char* kTenantPrefix = "s-";
+inline constexpr const char* kHighTenantPrefix = "h-";
+inline constexpr const char* kBestEffortTenantPrefix = "b-";
 
 struct SliceId {
   std::string gpu_uuid;
@@ -29,11 +34,15 @@ std::string format_slice_id(const std::string& gpu_uuid, int index);
 std::optional<SliceId> parse_slice_id(const std::string& id);
 
 // The tenant of a container holding `slice_indices` (no duplicates) of GPU `gpu_uuid`:
-// "s-<8 hex digits naming the GPU>-<hex bitmask of the slices>", e.g. "s-3fa01c22-c".
-std::string tenant_name_for(const std::string& gpu_uuid, const std::vector<int>& slice_indices);
+// "<prefix><8 hex digits naming the GPU>-<hex bitmask of the slices>", e.g.
+// "s-3fa01c22-c" (normal), "h-3fa01c22-c0" (high).
+std::string tenant_name_for(const std::string& gpu_uuid, const std::vector<int>& slice_indices,
+                            const std::string& prefix = kTenantPrefix);
 
-// The parts of a tenant name made by tenant_name_for, or nullopt for any other name.
+// The parts of a tenant name made by tenant_name_for (any class's prefix), or nullopt
+// for any other name.
 struct TenantSlices {
+  std::string prefix;
   std::string gpu_tag;
   uint64_t mask = 0;
 };

@@ -16,8 +16,8 @@ bool SliceInventory::apply(const std::vector<BrokerGpu>& answer) {
     const bool present = std::any_of(answer.begin(), answer.end(),
                                      [&](const BrokerGpu& g) { return g.uuid == known.info.uuid; });
     if (known.healthy && !present) {
-      spdlog::warn("GPU {} ({}) is gone from the broker's list: its {} slices are now Unhealthy", known.info.uuid,
-                   known.info.name, slices_per_gpu_);
+      spdlog::warn("GPU {} ({}) is gone from the broker's list: its slices are now Unhealthy", known.info.uuid,
+                   known.info.name);
       known.healthy = false;
       changed = true;
     }
@@ -25,8 +25,8 @@ bool SliceInventory::apply(const std::vector<BrokerGpu>& answer) {
   for (const auto& gpu : answer) {
     auto it = std::find_if(gpus_.begin(), gpus_.end(), [&](const KnownGpu& k) { return k.info.uuid == gpu.uuid; });
     if (it == gpus_.end()) {
-      spdlog::info("GPU {} {} ({}, {} bytes): advertised as {} slices", gpu.index, gpu.uuid, gpu.name,
-                   gpu.memory_total, slices_per_gpu_);
+      spdlog::info("GPU {} {} ({}, {} bytes): advertising its slices", gpu.index, gpu.uuid, gpu.name,
+                   gpu.memory_total);
       gpus_.push_back({gpu, true});
       changed = true;
       continue;
@@ -63,12 +63,14 @@ bool SliceInventory::refresh(const BrokerAdmin& broker) {
   return true;
 }
 
-std::vector<AdvertisedSlice> SliceInventory::slices() const {
+std::vector<AdvertisedSlice> SliceInventory::slices(const ResourceClass& cls) const {
   std::lock_guard lock(mutex_);
   std::vector<AdvertisedSlice> out;
-  out.reserve(gpus_.size() * static_cast<std::size_t>(slices_per_gpu_));
+  out.reserve(gpus_.size() * static_cast<std::size_t>(std::max(0, cls.count)));
   for (const auto& gpu : gpus_) {
-    for (int k = 0; k < slices_per_gpu_; ++k) out.push_back({format_slice_id(gpu.info.uuid, k), gpu.healthy});
+    for (int k = cls.first_index; k < cls.first_index + cls.count; ++k) {
+      out.push_back({format_slice_id(gpu.info.uuid, k), gpu.healthy});
+    }
   }
   return out;
 }

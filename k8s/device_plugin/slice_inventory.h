@@ -1,4 +1,7 @@
-// What the plugin advertises: the broker's GPUs, each cut into N slices, with health.
+// What the plugin advertises: the broker's GPUs, each cut into slices, with health. One
+// inventory serves every slice class (resource_class.h): a GPU's health is the same
+// whichever resource its slices are advertised under, and one poll of the broker keeps
+// all the classes' ListAndWatch streams current.
 // A GPU is learned from the broker's "gpus" answer and stays known for the life of the
 // plugin; a later answer that lacks it marks its slices Unhealthy (the kubelet then
 // stops scheduling onto them, while containers already using them keep running). When
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "device_plugin/broker_admin.h"
+#include "device_plugin/resource_class.h"
 
 namespace fracgpu::k8s {
 
@@ -31,16 +35,16 @@ struct KnownGpu {
 
 class SliceInventory {
  public:
-  explicit SliceInventory(int slices_per_gpu) : slices_per_gpu_(slices_per_gpu) {}
+  SliceInventory() = default;
 
   // Merges one answer of the broker; returns true when anything advertised changed.
   bool apply(const std::vector<BrokerGpu>& gpus);
   // Asks the broker and applies its answer; false (state kept) when it cannot be asked.
   bool refresh(const BrokerAdmin& broker);
 
-  std::vector<AdvertisedSlice> slices() const;
+  // The slices of class `cls` on every known GPU, GPU by GPU in slice order.
+  std::vector<AdvertisedSlice> slices(const ResourceClass& cls) const;
   std::optional<KnownGpu> gpu(const std::string& uuid) const;
-  int slices_per_gpu() const { return slices_per_gpu_; }
   uint64_t generation() const;
 
   // Blocks until the generation differs from `seen`, stop() is called, or `timeout`
@@ -50,7 +54,6 @@ class SliceInventory {
   bool stopped() const;
 
  private:
-  const int slices_per_gpu_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::vector<KnownGpu> gpus_;  // in the order first seen, so the advertised list is stable

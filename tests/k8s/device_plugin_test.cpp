@@ -187,27 +187,15 @@ TEST_F(DevicePluginTest, AllocateRegistersTheTenantWithItsShareOfTheGpu) {
   EXPECT_EQ((*listed)["tenants"].size(), 1u);
 }
 
-// What a container would do with the response: the shim preloaded, FRACGPU_SOCKET into
-// the mounted tenant directory (here its host path, standing in for the bind mount).
+// What a container would do with the response (run_in_allocation: the shim preloaded,
+// FRACGPU_SOCKET into the mounted tenant directory).
 TEST_F(DevicePluginTest, AProcessUsingTheAllocationIsCappedAtItsShare) {
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0}), response).ok());  // 1 of 4 slices: 4 GiB
-  const auto& container = response.container_responses(0);
-  std::string tenant_dir;
-  for (const auto& m : container.mounts()) {
-    if (m.container_path() == "/run/fracgpu") tenant_dir = m.host_path();
-  }
-  ASSERT_FALSE(tenant_dir.empty());
-  Environment env = env_;
-  for (const auto& [key, value] : container.envs()) env[key] = value;
-  env["FRACGPU_SOCKET"] = tenant_dir + "/broker.sock";  // /run/fracgpu/broker.sock in the container
-  env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
-  env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
-  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, env,
-                                std::chrono::seconds(30));
+  ProcessResult r;
+  auto result = run_in_allocation(response.container_responses(0),
+                                  {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const auto line = r.out.substr(r.out.rfind('{'));
-  auto result = nlohmann::json::parse(line, nullptr, false);
   ASSERT_TRUE(result.is_object()) << r.out;
   EXPECT_EQ(result["refused_with"], "CUDA_ERROR_OUT_OF_MEMORY");
   EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB);

@@ -1,15 +1,20 @@
 // The node under test for the Kubernetes integration tests: a real fracgpu-broker over a
 // private simulated node of two 16 GiB GPUs (64 MiB context footprint), the real
 // fracgpu-device-plugin binary, and a fake kubelet (fake_kubelet.h) it registers with.
-// Shared by the device-plugin tests and the end-to-end pod test; a derived fixture picks
-// the slices per GPU and the shim/preload host paths the plugin mounts by setting the
-// members below in its constructor.
+// Shared by the device-plugin tests, the slice-class tests and the end-to-end pod test;
+// a derived fixture picks the slices per GPU (and the extra flags, e.g. high and
+// best-effort slices, with the number of resources the plugin then registers) and the
+// shim/preload host paths the plugin mounts by setting the members below in its
+// constructor.
 #pragma once
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -74,9 +79,13 @@ class PluginNodeTest : public ::testing::Test {
     broker_->wait(std::chrono::seconds(5));
   }
 
-  // Starts the plugin (by default with --slices slices_) and waits for its registration.
+  // Starts the plugin (by default with --slices slices_ and extra_args_) and waits for its
+  // registrations (registrations_per_start_ of them: one per resource).
   void start_plugin(std::vector<std::string> slice_args = {}, const Environment& extra_env = {}) {
-    if (slice_args.empty()) slice_args = {"--slices", std::to_string(slices_)};
+    if (slice_args.empty()) {
+      slice_args = {"--slices", std::to_string(slices_)};
+      slice_args.insert(slice_args.end(), extra_args_.begin(), extra_args_.end());
+    }
     std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
                                      "--shim-host-path", shim_host_path_, "--preload-host-path", preload_host_path_,
                                      "--health-interval-ms", "200", "--log-level", "debug"};
@@ -85,10 +94,16 @@ class PluginNodeTest : public ::testing::Test {
     for (const auto& [key, value] : extra_env) env[key] = value;
     plugin_ =
         std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
-    const std::size_t expected = static_cast<std::size_t>(plugin_starts_);
-    auto registrations = kubelet_->registration().wait_for(expected, std::chrono::seconds(10));
-    ASSERT_EQ(registrations.size(), expected) << "no registration; plugin log:\n" << plugin_->err();
-    plugin_stub_ = kubelet_->dial(registrations.back().endpoint());
+    expected_registrations_ += static_cast<std::size_t>(registrations_per_start_);
+    auto registrations = kubelet_->registration().wait_for(expected_registrations_, std::chrono::seconds(10));
+    ASSERT_EQ(registrations.size(), expected_registrations_) << "no registration; plugin log:\n" << plugin_->err();
+    stubs_.clear();
+    for (auto r = registrations.end() - registrations_per_start_; r != registrations.end(); ++r) {
+      stubs_[r->resource_name()] = kubelet_->dial(r->endpoint());
+    }
+    auto normal = std::find_if(registrations.end() - registrations_per_start_, registrations.end(),
+                               [](const auto& r) { return r.resource_name() == "fracgpu.io/gpu-slice"; });
+    plugin_stub_ = kubelet_->dial((normal != registrations.end() ? *normal : registrations.back()).endpoint());
   }
 
   void stop_plugin() {
@@ -97,24 +112,33 @@ class PluginNodeTest : public ::testing::Test {
     plugin_.reset();
   }
 
-  // The first list of a new ListAndWatch stream.
-  v1beta1::ListAndWatchResponse first_list() {
+  // The DevicePlugin client of `resource`'s endpoint (as registered by the last start).
+  v1beta1::DevicePlugin::Stub& stub(const std::string& resource) {
+    auto it = stubs_.find(resource);
+    if (it == stubs_.end()) throw std::runtime_error("no registration for " + resource);
+    return *it->second;
+  }
+
+  // The first list of a new ListAndWatch stream (of the normal resource unless `on`).
+  v1beta1::ListAndWatchResponse first_list(v1beta1::DevicePlugin::Stub* on = nullptr) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    auto stream = plugin_stub_->ListAndWatch(&context, v1beta1::Empty());
+    auto stream = (on ? on : plugin_stub_.get())->ListAndWatch(&context, v1beta1::Empty());
     v1beta1::ListAndWatchResponse list;
     EXPECT_TRUE(stream->Read(&list));
     context.TryCancel();
     return list;
   }
 
-  grpc::Status allocate(const std::vector<std::string>& ids, v1beta1::AllocateResponse& response) {
+  // Allocate on the normal resource unless `on`.
+  grpc::Status allocate(const std::vector<std::string>& ids, v1beta1::AllocateResponse& response,
+                        v1beta1::DevicePlugin::Stub* on = nullptr) {
     v1beta1::AllocateRequest request;
     auto* container = request.add_container_requests();
     for (const auto& id : ids) container->add_devices_ids(id);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return plugin_stub_->Allocate(&context, request, &response);
+    return (on ? on : plugin_stub_.get())->Allocate(&context, request, &response);
   }
 
   // The broker's TENANT_STATUS of `name`, or null.
@@ -128,6 +152,29 @@ class PluginNodeTest : public ::testing::Test {
     return nullptr;
   }
 
+  // Runs `argv` as a container given `container` would: the response's environment, the
+  // shim preloaded, FRACGPU_SOCKET into the mounted tenant directory (its host path here,
+  // standing in for the bind mount). Returns the last JSON object the program printed
+  // (null when it printed none) and the raw result in `raw`.
+  nlohmann::json run_in_allocation(const v1beta1::ContainerAllocateResponse& container,
+                                   const std::vector<std::string>& argv, ProcessResult& raw) {
+    std::string tenant_dir;
+    for (const auto& m : container.mounts()) {
+      if (m.container_path() == "/run/fracgpu") tenant_dir = m.host_path();
+    }
+    EXPECT_FALSE(tenant_dir.empty());
+    Environment env = env_;
+    for (const auto& [key, value] : container.envs()) env[key] = value;
+    env["FRACGPU_SOCKET"] = tenant_dir + "/broker.sock";  // /run/fracgpu/broker.sock in the container
+    env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
+    env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+    raw = run_process(argv, env, std::chrono::seconds(30));
+    const auto brace = raw.out.rfind('{');
+    if (brace == std::string::npos) return nullptr;
+    auto parsed = nlohmann::json::parse(raw.out.substr(brace), nullptr, false);
+    return parsed.is_object() ? parsed : nlohmann::json(nullptr);
+  }
+
   std::vector<std::string> slice_ids(const std::string& uuid, std::initializer_list<int> indices) {
     std::vector<std::string> out;
     for (int i : indices) out.push_back(k8s::format_slice_id(uuid, i));
@@ -136,6 +183,8 @@ class PluginNodeTest : public ::testing::Test {
 
   // What the plugin is started with; a derived fixture may change them in its constructor.
   int slices_ = 4;
+  std::vector<std::string> extra_args_;  // e.g. {"--high-slices", "2"}
+  int registrations_per_start_ = 1;       // resources the plugin registers with those flags
   std::string shim_host_path_ = "/opt/fracgpu/libfracgpu.so";
   std::string preload_host_path_ = "/opt/fracgpu/ld.so.preload";
 
@@ -149,7 +198,9 @@ class PluginNodeTest : public ::testing::Test {
   std::unique_ptr<FakeKubelet> kubelet_;
   std::unique_ptr<BackgroundProcess> plugin_;
   int plugin_starts_ = 0;
-  std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub_;
+  std::size_t expected_registrations_ = 0;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub_;  // the normal resource's endpoint
+  std::map<std::string, std::unique_ptr<v1beta1::DevicePlugin::Stub>> stubs_;  // by resource name
   std::string gpu0_, gpu1_;
 };
 

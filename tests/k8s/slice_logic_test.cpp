@@ -1,5 +1,6 @@
 // Unit tests of the device plugin's pure logic: slice IDs and tenant names, best-fit
-// packing for GetPreferredAllocation, the config file, and Allocate's quota arithmetic.
+// packing for GetPreferredAllocation, the config file, the slice classes (which indices
+// each resource owns, its endpoint, its quota) and Allocate's quota arithmetic.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include "device_plugin/allocation_builder.h"
 #include "device_plugin/plugin_config.h"
+#include "device_plugin/resource_class.h"
 #include "device_plugin/slice_ids.h"
 #include "device_plugin/slice_inventory.h"
 #include "device_plugin/slice_packer.h"
@@ -20,6 +22,21 @@ std::vector<std::string> ids(const std::string& uuid, std::initializer_list<int>
   std::vector<std::string> out;
   for (int i : indices) out.push_back(format_slice_id(uuid, i));
   return out;
+}
+
+// The one class of `config` advertised under `resource`.
+ResourceClass class_named(const PluginConfig& config, const std::string& resource) {
+  for (const auto& cls : resource_classes(config)) {
+    if (cls.resource_name == resource) return cls;
+  }
+  ADD_FAILURE() << resource << " is not advertised";
+  return {};
+}
+
+ResourceClass normal_class(int slices) {
+  PluginConfig config;
+  config.slices = slices;
+  return class_named(config, kResourceName);
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -57,6 +74,24 @@ TEST(SliceIds, TenantNameIsDeterministicAndDecodable) {
   for (char c : all) EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') << all;
   EXPECT_FALSE(parse_tenant_name("run-1234"));
   EXPECT_FALSE(parse_tenant_name("s-zz-1"));
+}
+
+TEST(SliceIds, EachClassHasItsOwnTenantPrefix) {
+  const std::string normal = tenant_name_for("GPU-1", {3});
+  const std::string high = tenant_name_for("GPU-1", {3}, kHighTenantPrefix);
+  const std::string besteffort = tenant_name_for("GPU-1", {3}, kBestEffortTenantPrefix);
+  EXPECT_EQ(normal.substr(0, 2), "s-");
+  EXPECT_EQ(high.substr(0, 2), "h-");
+  EXPECT_EQ(besteffort.substr(0, 2), "b-");
+  EXPECT_NE(normal, high);
+  EXPECT_NE(high, besteffort);
+  for (const auto& name : {normal, high, besteffort}) {
+    auto decoded = parse_tenant_name(name);
+    ASSERT_TRUE(decoded) << name;
+    EXPECT_EQ(decoded->prefix, name.substr(0, 2));
+    EXPECT_EQ(decoded->mask, 0b1000u);
+  }
+  EXPECT_FALSE(parse_tenant_name("x-" + gpu_tag("GPU-1") + "-8"));
 }
 
 TEST(SlicePacker, BestFitPicksTheFullestGpuThatFits) {
@@ -125,46 +160,189 @@ TEST_F(ConfigFile, BadInputIsOneSentenceNotACrash) {
   EXPECT_TRUE(validate(config));
 }
 
+TEST_F(ConfigFile, ClassSizesWithPerNodeOverrides) {
+  PluginConfig config;
+  ASSERT_TRUE(load_config_file(
+      write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices.node-b=3\nbesteffort-slices.node-b=0\n"),
+      "node-a", config));
+  EXPECT_EQ(config.slices, 8);
+  EXPECT_EQ(config.high_slices, 2);
+  EXPECT_EQ(config.besteffort_slices, 4);
+  ASSERT_TRUE(load_config_file(
+      write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices.node-b=3\nbesteffort-slices.node-b=0\n"),
+      "node-b", config));
+  EXPECT_EQ(config.high_slices, 3);
+  EXPECT_EQ(config.besteffort_slices, 0);
+  PluginConfig json;
+  ASSERT_TRUE(load_config_file(
+      write(R"({"slices": 10, "high-slices": 1, "nodes": {"n1": {"besteffort-slices": 6}}})"), "n1", json));
+  EXPECT_EQ(json.slices, 10);
+  EXPECT_EQ(json.high_slices, 1);
+  EXPECT_EQ(json.besteffort_slices, 6);
+  auto garbage = load_config_file(write("besteffort-slices=some\n"), "", json);
+  ASSERT_FALSE(garbage);
+  EXPECT_NE(garbage.error().find("besteffort-slices must be a whole number"), std::string::npos) << garbage.error();
+  EXPECT_FALSE(load_config_file(write(R"({"high-slices": 1.5})"), "", json));
+}
+
+TEST(ConfigValidation, ClassSizesMustFitTheGpu) {
+  PluginConfig config;
+  config.slices = 8;
+  config.high_slices = 9;
+  auto too_many = validate(config);
+  ASSERT_FALSE(too_many);
+  EXPECT_NE(too_many.error().find("high-slices must be between 0 and slices (8)"), std::string::npos)
+      << too_many.error();
+  config.high_slices = -1;
+  EXPECT_FALSE(validate(config));
+  config.high_slices = 8;  // every slice high: allowed, the normal resource is then not registered
+  EXPECT_TRUE(validate(config));
+  config.high_slices = 2;
+  config.besteffort_slices = -1;
+  EXPECT_FALSE(validate(config));
+  config.besteffort_slices = 57;  // 8 + 57 > 64: the indices would not fit a tenant name's mask
+  auto beyond = validate(config);
+  ASSERT_FALSE(beyond);
+  EXPECT_NE(beyond.error().find("besteffort-slices must be between 0 and 56"), std::string::npos) << beyond.error();
+  config.besteffort_slices = 56;
+  EXPECT_TRUE(validate(config));
+}
+
+TEST(ResourceClasses, HighIsCarvedOutOfNAndBestEffortIsExtra) {
+  PluginConfig config;
+  config.slices = 8;
+  auto only_normal = resource_classes(config);
+  ASSERT_EQ(only_normal.size(), 1u);  // defaults: one resource, exactly as before classes
+  EXPECT_EQ(only_normal[0].resource_name, "fracgpu.io/gpu-slice");
+  EXPECT_EQ(only_normal[0].endpoint_name, "fracgpu.sock");
+  EXPECT_EQ(only_normal[0].first_index, 0);
+  EXPECT_EQ(only_normal[0].count, 8);
+
+  config.high_slices = 2;
+  config.besteffort_slices = 4;
+  auto classes = resource_classes(config);
+  ASSERT_EQ(classes.size(), 3u);
+  const auto& normal = classes[0];
+  const auto& high = classes[1];
+  const auto& besteffort = classes[2];
+  EXPECT_EQ(normal.resource_name, "fracgpu.io/gpu-slice");
+  EXPECT_EQ(high.resource_name, "fracgpu.io/gpu-slice-high");
+  EXPECT_EQ(besteffort.resource_name, "fracgpu.io/gpu-slice-besteffort");
+  EXPECT_EQ(high.endpoint_name, "fracgpu-high.sock");
+  EXPECT_EQ(besteffort.endpoint_name, "fracgpu-besteffort.sock");
+  EXPECT_EQ((std::pair{normal.first_index, normal.count}), (std::pair{0, 6}));
+  EXPECT_EQ((std::pair{high.first_index, high.count}), (std::pair{6, 2}));
+  EXPECT_EQ((std::pair{besteffort.first_index, besteffort.count}), (std::pair{8, 4}));
+  EXPECT_EQ(normal.priority, "normal");
+  EXPECT_EQ(high.priority, "high");
+  EXPECT_EQ(besteffort.priority, "low");
+  EXPECT_TRUE(high.guaranteed);
+  EXPECT_FALSE(besteffort.guaranteed);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(normal.owns(i) + high.owns(i) + besteffort.owns(i), 1) << "index " << i;
+  }
+
+  config.high_slices = 8;  // all high: the normal resource has nothing and is not registered
+  config.besteffort_slices = 0;
+  auto all_high = resource_classes(config);
+  ASSERT_EQ(all_high.size(), 1u);
+  EXPECT_EQ(all_high[0].resource_name, "fracgpu.io/gpu-slice-high");
+  EXPECT_EQ(class_endpoint("custom", SliceClass::high), "custom-high");
+  EXPECT_EQ(class_endpoint("node.sock", SliceClass::besteffort), "node-besteffort.sock");
+}
+
+TEST(ResourceClasses, EachClassGetsItsQuota) {
+  PluginConfig config;
+  config.slices = 8;
+  config.high_slices = 2;
+  config.besteffort_slices = 12;
+  const auto high = quota_for(class_named(config, kHighResourceName), 80 * kGiB, 1);
+  EXPECT_EQ(high.memory_limit, 10 * kGiB);
+  EXPECT_EQ(high.memory_request, 10 * kGiB);
+  EXPECT_EQ(high.compute, 12);
+  const auto besteffort = quota_for(class_named(config, kBestEffortResourceName), 80 * kGiB, 2);
+  EXPECT_EQ(besteffort.memory_limit, 20 * kGiB);  // the same slice size as the other classes
+  EXPECT_EQ(besteffort.memory_request, 0u);       // but nothing guaranteed
+  EXPECT_EQ(besteffort.compute, 25);
+  // More best-effort slices than N: capped at the whole GPU (the broker refuses more).
+  const auto big = quota_for(class_named(config, kBestEffortResourceName), 80 * kGiB, 12);
+  EXPECT_EQ(big.memory_limit, 80 * kGiB);
+  EXPECT_EQ(big.compute, 100);
+}
+
 TEST(AllocationPlan, QuotaFollowsSlices) {
-  SliceInventory inventory(8);
+  SliceInventory inventory;
   inventory.apply({{0, "GPU-a", "Fake", 80 * kGiB, 80 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 15 * kGiB}});
-  auto plan = plan_allocation(ids("GPU-a", {6, 1}), inventory);
+  const auto cls = normal_class(8);
+  auto plan = plan_allocation(ids("GPU-a", {6, 1}), inventory, cls);
   ASSERT_TRUE(plan) << plan.error();
   EXPECT_EQ(plan->memory_limit, 20 * kGiB);
+  EXPECT_EQ(plan->memory_request, 20 * kGiB);
   EXPECT_EQ(plan->compute, 25);
+  EXPECT_EQ(plan->priority, "normal");
   EXPECT_EQ(plan->tenant, tenant_name_for("GPU-a", {1, 6}));
   EXPECT_EQ(plan->slices, (std::vector<int>{1, 6}));
   // The broker's capacity (total minus --reserve) is what is divided.
-  auto small = plan_allocation(ids("GPU-b", {0, 1, 2, 3, 4, 5, 6, 7}), inventory);
+  auto small = plan_allocation(ids("GPU-b", {0, 1, 2, 3, 4, 5, 6, 7}), inventory, cls);
   ASSERT_TRUE(small);
   EXPECT_EQ(small->memory_limit, 15 * kGiB);
   EXPECT_EQ(small->compute, 100);
 }
 
+TEST(AllocationPlan, EachClassMakesItsOwnTenantAndAcceptsOnlyItsOwnSlices) {
+  SliceInventory inventory;
+  inventory.apply({{0, "GPU-a", "Fake", 16 * kGiB, 16 * kGiB}});
+  PluginConfig config;
+  config.slices = 8;
+  config.high_slices = 2;
+  config.besteffort_slices = 4;
+  const auto high = class_named(config, kHighResourceName);
+  const auto besteffort = class_named(config, kBestEffortResourceName);
+  auto h = plan_allocation({"GPU-a::7"}, inventory, high);
+  ASSERT_TRUE(h) << h.error();
+  EXPECT_EQ(h->tenant, tenant_name_for("GPU-a", {7}, kHighTenantPrefix));
+  EXPECT_EQ(h->priority, "high");
+  EXPECT_EQ(h->memory_request, 2 * kGiB);
+  auto b = plan_allocation({"GPU-a::11", "GPU-a::8"}, inventory, besteffort);
+  ASSERT_TRUE(b) << b.error();
+  EXPECT_EQ(b->tenant, tenant_name_for("GPU-a", {8, 11}, kBestEffortTenantPrefix));
+  EXPECT_EQ(b->priority, "low");
+  EXPECT_EQ(b->memory_limit, 4 * kGiB);
+  EXPECT_EQ(b->memory_request, 0u);
+  EXPECT_EQ(tenant_definition(*b)["devices"][0]["memory_request"], 0);
+  EXPECT_EQ(tenant_definition(*b)["devices"][0]["priority"], "low");
+  auto wrong = plan_allocation({"GPU-a::5"}, inventory, high);  // a normal slice
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.error().find("is not a fracgpu.io/gpu-slice-high slice"), std::string::npos) << wrong.error();
+  EXPECT_FALSE(plan_allocation({"GPU-a::12"}, inventory, besteffort));  // beyond N + best effort
+  EXPECT_FALSE(plan_allocation({"GPU-a::6"}, inventory, class_named(config, kResourceName)));
+}
+
 TEST(AllocationPlan, RefusesSpanningUnknownAndUnhealthy) {
-  SliceInventory inventory(4);
+  SliceInventory inventory;
   inventory.apply({{0, "GPU-a", "Fake", 16 * kGiB, 16 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 16 * kGiB}});
-  auto spanning = plan_allocation({"GPU-a::0", "GPU-b::0"}, inventory);
+  const auto cls = normal_class(4);
+  auto spanning = plan_allocation({"GPU-a::0", "GPU-b::0"}, inventory, cls);
   ASSERT_FALSE(spanning);
   EXPECT_NE(spanning.error().find("different GPUs"), std::string::npos) << spanning.error();
-  EXPECT_FALSE(plan_allocation({"GPU-zz::0"}, inventory));
-  EXPECT_FALSE(plan_allocation({"GPU-a::4"}, inventory));  // beyond N
-  EXPECT_FALSE(plan_allocation({"junk"}, inventory));
-  EXPECT_FALSE(plan_allocation({}, inventory));
+  EXPECT_FALSE(plan_allocation({"GPU-zz::0"}, inventory, cls));
+  EXPECT_FALSE(plan_allocation({"GPU-a::4"}, inventory, cls));  // beyond N
+  EXPECT_FALSE(plan_allocation({"junk"}, inventory, cls));
+  EXPECT_FALSE(plan_allocation({}, inventory, cls));
   inventory.apply({{0, "GPU-a", "Fake", 16 * kGiB, 16 * kGiB}});  // GPU-b gone
-  auto unhealthy = plan_allocation({"GPU-b::0"}, inventory);
+  auto unhealthy = plan_allocation({"GPU-b::0"}, inventory, cls);
   ASSERT_FALSE(unhealthy);
   EXPECT_NE(unhealthy.error().find("unhealthy"), std::string::npos);
 }
 
 TEST(SliceInventory, MissingGpuTurnsUnhealthyAndBumpsTheGeneration) {
-  SliceInventory inventory(2);
+  SliceInventory inventory;
   EXPECT_TRUE(inventory.apply({{0, "GPU-a", "", 1, 1}, {1, "GPU-b", "", 1, 1}}));
   const auto before = inventory.generation();
   EXPECT_FALSE(inventory.apply({{0, "GPU-a", "", 1, 1}, {1, "GPU-b", "", 1, 1}}));
   EXPECT_TRUE(inventory.apply({{0, "GPU-a", "", 1, 1}}));
   EXPECT_GT(inventory.generation(), before);
-  auto slices = inventory.slices();
+  auto slices = inventory.slices(normal_class(2));
   ASSERT_EQ(slices.size(), 4u);
   EXPECT_TRUE(slices[0].healthy);
   EXPECT_FALSE(slices[2].healthy);
