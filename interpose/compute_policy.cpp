@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/burst_guard.h"
 #include "core/shim_log.h"
 #include "fracgpu/monotonic_clock.h"
 
@@ -16,13 +17,23 @@ namespace {
 constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
 constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
 constexpr int64_t kGuardPollNs = 20'000;
-constexpr uint64_t kMaxGuardHoldNs = 2'000'000;  // never hold past a burst's start longer than this
 
 // One step of waiting: a short sleep (never a spin: the thread it would take the CPU
 // from may be the very tenant being waited for, on a small machine).
 void pause_briefly() noexcept {
   const timespec pause{0, kGuardPollNs};
   clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);
+}
+
+// The broker stores guard_next_ns last: read first, it comes with the rest of its prediction.
+BurstGuardView read_guard(const DeviceQuota& quota) noexcept {
+  BurstGuardView guard;
+  guard.next_ns = quota.guard_next_ns.load(std::memory_order_acquire);
+  guard.period_ns = quota.guard_period_ns.load(std::memory_order_relaxed);
+  guard.lead_ns = quota.guard_lead_ns.load(std::memory_order_relaxed);
+  guard.late_ns = quota.guard_late_ns.load(std::memory_order_relaxed);
+  guard.hold_ns = quota.guard_hold_ns.load(std::memory_order_relaxed);
+  return guard;
 }
 
 struct CaptureQuery {
@@ -111,28 +122,12 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
     }
     return;
   }
-  const int64_t next = static_cast<int64_t>(quota.guard_next_ns.load(std::memory_order_acquire));
-  const int64_t lead = quota.guard_lead_ns.load(std::memory_order_relaxed);
+  // Hold back a launch that would still run when the predicted burst comes (burst_guard.h).
+  const BurstGuardView guard = read_guard(quota);
   const double kernel_ns = gpu.limiter.us_per_launch() * 1000.0;
-  // The broker stores guard_late_ns before guard_next_ns: it is there whenever next is.
-  const int64_t late = next + static_cast<int64_t>(quota.guard_late_ns.load(std::memory_order_relaxed));
-  if (next == 0 || kernel_ns <= 0 || now >= late) return;
-  // A launch that ends before the burst, or overlaps it by no more than the in-flight
-  // bound lower classes are allowed in a high tenant's way, goes ahead.
-  const double allowed = static_cast<double>(gpu.gate.inflight_limit_us()) * 1000.0;
-  if (static_cast<double>(now) + kernel_ns <= static_cast<double>(next - lead) + allowed) return;
-  // Hold back until the burst has been seen (the broker predicts the next one) or is overdue,
-  // then until its launches are in.
-  uint64_t seen = 0;
-  while ((seen = quota.guard_next_ns.load(std::memory_order_acquire)) == static_cast<uint64_t>(next) &&
-         monotonic_ns() < late)
-    pause_briefly();
-  const uint64_t period = quota.guard_period_ns.load(std::memory_order_relaxed);
-  const int64_t hold = static_cast<int64_t>(std::min<uint64_t>(quota.guard_hold_ns.load(std::memory_order_relaxed),
-                                                               kMaxGuardHoldNs));
-  if (seen == static_cast<uint64_t>(next) || seen == 0 || period == 0 || seen < period) return;
-  const int64_t until = static_cast<int64_t>(seen - period) + hold;
-  while (monotonic_ns() < until) pause_briefly();
+  const double allowed_ns = static_cast<double>(gpu.gate.inflight_limit_us()) * 1000.0;
+  if (!guard_holds(guard, now, kernel_ns, allowed_ns)) return;
+  while (!guard_released(guard, read_guard(quota), monotonic_ns())) pause_briefly();
 }
 
 // Synchronises every context this process launched into on the GPU since the last drain.

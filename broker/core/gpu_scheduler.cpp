@@ -27,10 +27,12 @@ void BurstRhythm::observe(uint64_t start, uint64_t previous_span) {
   if (start == last) return;
   const double gap = last == 0 || start < last ? 0 : static_cast<double>(start - last);
   last = start;
+  covered = deadline != 0 && start <= deadline;
   if (gap < kMinBurstPeriodNs || gap > kMaxBurstPeriodNs) {
-    samples = 0;  // not a rhythm (yet): start over
+    if (++outliers >= kOutliersToReset) samples = 0;  // not a rhythm (any more): start over
     return;
   }
+  outliers = 0;
   gaps[samples % kWindow] = gap;
   spans[samples % kWindow] = static_cast<double>(std::min<uint64_t>(previous_span, static_cast<uint64_t>(gap)));
   ++samples;
@@ -55,9 +57,9 @@ double BurstRhythm::nth_shortest_gap(int k) const {
 // Lower classes hold back launches that would still run when the next burst of a
 // regular high tenant is due; published only while one is active and regular.
 void GpuScheduler::apply_guard(int64_t now) {
-  const Entry* source = nullptr;
+  Entry* source = nullptr;
   if (config_.burst_guard) {
-    for (const auto& [name, e] : entries_) {
+    for (auto& [name, e] : entries_) {
       if (!is_high(e.settings) || now >= e.active_until || !e.rhythm.regular()) continue;
       if (source == nullptr || e.rhythm.last > source->rhythm.last) source = &e;
     }
@@ -73,10 +75,17 @@ void GpuScheduler::apply_guard(int64_t now) {
     // on for up to the spread of the gaps, so that the rhythm settles at the floor.
     const double spread = source->rhythm.median() - floor;
     late = static_cast<uint64_t>(lead + std::min(std::max({kMinGuardLateNs, spread, floor / 4}), floor / 2));
+    // A burst that came unguarded (overdue, or with no prediction out) may have waited
+    // for a lower class's kernel, and then the next one comes later by as much: hold on
+    // for up to a whole period this once. Otherwise the late burst meets a kernel
+    // started at the late bound, stretches the next gap again, and so on.
+    if (!source->rhythm.covered) late = std::max(late, static_cast<uint64_t>(lead + floor));
     // Released when the burst is seen, others wait until its launches are in: the
     // longest recent burst plus the time for its last kernel to reach the GPU.
     hold = static_cast<uint64_t>(std::min(source->rhythm.longest_span() + kGuardSettleNs, floor / 2));
   }
+  for (auto& [name, e] : entries_)
+    if (is_high(e.settings)) e.rhythm.deadline = &e == source ? next + late : 0;
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings) || e.guard_next == next) continue;
     e.guard_next = next;

@@ -75,12 +75,20 @@ class SchedulingPort {
 // changes; so the next burst is predicted at the shortest recent gap (a request served
 // at once), and the rhythm counts as regular when that floor is at least half the
 // median gap (true of a request loop with think time; false of Poisson-like arrivals).
+// One gap out of range (a request's launches seen as two bursts, a long pause) is
+// ignored; kOutliersToReset of them in a row start the rhythm over.
 struct BurstRhythm {
   static constexpr int kWindow = 16;
+  static constexpr int kOutliersToReset = 3;
   uint64_t last = 0;
   double gaps[kWindow] = {};
   double spans[kWindow] = {};  // first to last launch of each burst
   int samples = 0;  // gaps recorded since the last reset (the ring holds min(samples, kWindow))
+  int outliers = 0;  // consecutive gaps out of range
+  // The guard out when the latest burst came (next + late; 0 = none), and whether that
+  // burst came within it: one that did not may have waited for a lower class's kernel.
+  uint64_t deadline = 0;
+  bool covered = false;
   void observe(uint64_t start, uint64_t previous_span);
   double longest_span() const;
   // The second-shortest gap: one unusually short pause must not pull the prediction early.
