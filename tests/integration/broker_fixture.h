@@ -39,18 +39,13 @@ class BrokerFixture : public ShimFixture {
         std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", state_dir(), "--driver",
                                  FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto"},
         base_env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (access((run_dir() + "/admin.sock").c_str(), F_OK) != 0 || !admin_answers()) {
-      ASSERT_TRUE(broker_->running()) << "broker exited: " << broker_->err();
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "broker did not come up";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const std::string problem = broker_->wait_until_ready(
+        [&] { return access((run_dir() + "/admin.sock").c_str(), F_OK) == 0 && admin_answers(); },
+        std::chrono::seconds(10));
+    ASSERT_EQ(problem, "") << "the broker did not come up";
   }
 
-  void kill_broker() {
-    broker_->kill_now(SIGKILL);
-    broker_->wait(std::chrono::seconds(5));
-  }
+  void kill_broker() { broker_->kill_and_reap(); }
 
   bool admin_answers() { return cli({"tenant", "list"}).exit_code == 0; }
 

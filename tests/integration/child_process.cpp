@@ -162,6 +162,22 @@ int BackgroundProcess::wait(std::chrono::milliseconds limit) {
   return status_;
 }
 
+std::string BackgroundProcess::wait_until_ready(const std::function<bool()>& ready,
+                                                std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (!running()) return "exited: " + err();
+    if (std::chrono::steady_clock::now() > deadline) return "not ready within " + std::to_string(limit.count()) + " ms";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "";
+}
+
+void BackgroundProcess::kill_and_reap() {
+  kill_now(SIGKILL);
+  wait(std::chrono::seconds(5));
+}
+
 std::string BackgroundProcess::out() const { return read_text(out_path_); }
 std::string BackgroundProcess::err() const { return read_text(err_path_); }
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ class BackgroundProcess {
   void kill_now(int signal);
   // Waits for exit; returns the wait status, or -1 after `limit` (the process is then killed).
   int wait(std::chrono::milliseconds limit);
+  // Polls `ready` every 20 ms until it holds: "" then, else why not (the process exited,
+  // with its stderr, or `limit` passed). For daemons a test starts and then talks to.
+  std::string wait_until_ready(const std::function<bool()>& ready, std::chrono::milliseconds limit);
+  // SIGKILL, then reaps it (at most 5 s).
+  void kill_and_reap();
   std::string out() const;
   std::string err() const;
 

@@ -66,18 +66,12 @@ class PluginNodeTest : public ::testing::Test {
         std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", dir_.path() + "/state",
                                  "--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"},
         env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!admin_.gpus()) {
-      ASSERT_TRUE(broker_->running()) << "broker exited: " << broker_->err();
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "broker did not come up";
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const std::string problem =
+        broker_->wait_until_ready([&] { return static_cast<bool>(admin_.gpus()); }, std::chrono::seconds(10));
+    ASSERT_EQ(problem, "") << "the broker did not come up";
   }
 
-  void kill_broker() {
-    broker_->kill_now(SIGKILL);
-    broker_->wait(std::chrono::seconds(5));
-  }
+  void kill_broker() { broker_->kill_and_reap(); }
 
   // Starts the plugin (by default with --slices slices_ and extra_args_) and waits for its
   // registrations (registrations_per_start_ of them: one per resource).
