@@ -15,6 +15,11 @@ constexpr int64_t kHistoryPeriodNs = 250'000'000;
 
 bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHigh; }
 
+// Virtual time that `ns` of GPU time costs at `weight`: held ns x 1024 / weight.
+double vtime_of(int64_t ns, uint32_t weight) {
+  return static_cast<double>(ns) * kVtimeScale / std::max<uint32_t>(weight, 1);
+}
+
 constexpr double kMinBurstPeriodNs = 300'000;
 constexpr double kMaxBurstPeriodNs = 100'000'000;
 constexpr double kMinGuardLeadNs = 30'000;
@@ -178,7 +183,7 @@ void GpuScheduler::note_waiting(int64_t now) {
     // CFS-style placement: at most one slice of credit behind the least competitor.
     // A tenant that paused for a moment (a host-side sync) keeps its place; one that
     // was idle for long cannot bank its idle time.
-    const double allowance = static_cast<double>(config_.slice_ns) * kVtimeScale / std::max<uint32_t>(e.settings.weight, 1);
+    const double allowance = vtime_of(config_.slice_ns, e.settings.weight);
     if (least >= 0 && least - allowance > e.vtime) e.vtime = least - allowance;
   }
 }
@@ -257,13 +262,11 @@ void GpuScheduler::step_holder(int64_t now) {
 // slice ends, so it adds no handoffs to steady contention.
 bool GpuScheduler::outranked(const Entry& h, int64_t now) const {
   if (now - grant_start_ < config_.tick_ns) return false;
-  const double weight_h = std::max<uint32_t>(h.settings.weight, 1);
-  const double projected =
-      h.vtime + static_cast<double>(now - std::max(contended_since_, grant_start_)) * kVtimeScale / weight_h;
+  const double projected = h.vtime + vtime_of(owed_ns(now), h.settings.weight);
   for (const auto& [name, e] : entries_) {
     if (name == holder_ || e.wait_since == 0 || e.settings.priority != h.settings.priority || !eligible(e)) continue;
-    const double lighter = std::min<double>(weight_h, std::max<uint32_t>(e.settings.weight, 1));
-    if (e.vtime + static_cast<double>(config_.slice_ns) * kVtimeScale / lighter < projected) return true;
+    const uint32_t lighter = std::min(h.settings.weight, e.settings.weight);  // vtime_of treats 0 as 1
+    if (e.vtime + vtime_of(config_.slice_ns, lighter) < projected) return true;
   }
   return false;
 }
@@ -282,8 +285,7 @@ void GpuScheduler::step_draining(int64_t now) {
   if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() && now < drain_deadline_) return;
   const int64_t held = now - grant_start_;
   h.held_ns += held;
-  const int64_t owed = now - std::max(contended_since_, grant_start_);
-  h.vtime += static_cast<double>(owed) * kVtimeScale / std::max<uint32_t>(h.settings.weight, 1);
+  h.vtime += vtime_of(owed_ns(now), h.settings.weight);
   if (h.settings.ceiling_pct > 0) h.tokens_ns -= held;
   phase_ = Phase::kIdle;
   holder_.clear();

@@ -167,6 +167,8 @@ class GpuScheduler {
   bool others_competing(int64_t now) const;  // ... waits or merely pauses
   bool pausing(const Entry& e, int64_t now) const;
   bool outranked(const Entry& holder, int64_t now) const;  // a waiting tenant is owed the GPU back
+  // The part of the current grant others waited for: what the holder is charged.
+  int64_t owed_ns(int64_t now) const { return now - std::max(contended_since_, grant_start_); }
   bool normal_waiting() const;  // an eligible normal tenant waits
   int64_t tokens_now(const Entry& e, int64_t now) const;
 
