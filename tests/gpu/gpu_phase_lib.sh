@@ -1,6 +1,7 @@
 # Shell helpers shared by the real-GPU suites (compute/run_compute_checks.sh,
-# multi/run_multi_gpu_checks.sh): process-group control for tenants, the fracgpu CLI with
-# the binaries' own libraries, and a node broker that several tenants share. Sourced, not
+# multi/run_multi_gpu_checks.sh, k8s/run_pod_checks.sh): process-group control for
+# tenants, a step under a time limit within the budget, the fracgpu CLI with the
+# binaries' own libraries, and a node broker that several tenants share. Sourced, not
 # run. The caller sets FRACGPU, SHIM, DEPS_LD (deps/ for fracgpu's own shared libraries),
 # RUN and STATE (the broker's run and state directories), WORK (logs go to $WORK/logs),
 # OUTC (results) and DEADLINE (epoch seconds when the batch must end).
@@ -18,6 +19,20 @@ killgroup() {  # killgroup PGID: TERM, up to 3 s, then KILL (the group, even if 
   fi
   kill -KILL -- "-$pg" 2>/dev/null
   return 0
+}
+
+# limit_for S: S seconds, or what is left of the budget (less 5 s, at least 3) when that is less.
+limit_for() { local l=$(($(left) - 5)); ((l < $1)) && echo $((l < 3 ? 3 : l)) || echo "$1"; }
+# step TAG LIMIT CMD...: CMD in its own session under a time limit; stdout to $OUTC/TAG.out
+# (its last JSON line is TAG.json), stderr to $WORK/logs/TAG.err; sets RC.
+step() {
+  local tag=$1 limit; limit=$(limit_for "$2"); shift 2
+  setsid -w timeout -k 3 "$limit" "$@" > "$OUTC/$tag.out" 2> "$WORK/logs/$tag.err" < /dev/null
+  RC=$?
+  grep '^{' "$OUTC/$tag.out" | tail -n 1 > "$OUTC/$tag.json"
+  [[ -s "$OUTC/$tag.json" ]] || rm -f "$OUTC/$tag.json"
+  ((RC == 0)) || say "  $tag: rc $RC: $(tail -n 3 "$WORK/logs/$tag.err" | tr '\n' ' ' | cut -c1-300)"
+  return $RC
 }
 
 BROKER_PID=""

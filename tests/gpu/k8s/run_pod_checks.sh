@@ -122,18 +122,6 @@ judge() {
   record "$case" "$check" "$( ((rc == 0)) && echo PASS || echo FAIL)" "$detail"
   return $rc
 }
-limit_for() { local l=$(($(left) - 5)); ((l < $1)) && echo $((l < 3 ? 3 : l)) || echo "$1"; }
-# step TAG LIMIT CMD...: CMD in its own session under a time limit; stdout to $OUTC/TAG.out
-# (its last JSON line is TAG.json), stderr to logs; sets RC.
-step() {
-  local tag=$1 limit; limit=$(limit_for "$2"); shift 2
-  setsid -w timeout -k 3 "$limit" "$@" > "$OUTC/$tag.out" 2> "$WORK/logs/$tag.err" < /dev/null
-  RC=$?
-  grep '^{' "$OUTC/$tag.out" | tail -n 1 > "$OUTC/$tag.json"
-  [[ -s "$OUTC/$tag.json" ]] || rm -f "$OUTC/$tag.json"
-  ((RC == 0)) || say "  $tag: rc $RC: $(tail -n 3 "$WORK/logs/$tag.err" | tr '\n' ' ' | cut -c1-300)"
-  return $RC
-}
 # allocate CASE RESOURCE COUNT: the fake kubelet's JSON in $OUTC/CASE.allocate.json
 allocate() {
   step "$1.allocate" 40 env LD_LIBRARY_PATH="$DEPS_LD" "$BIN/fracgpu-fake-kubelet" --plugin-dir "$PLUGIN_DIR" \

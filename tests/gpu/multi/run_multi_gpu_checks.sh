@@ -56,7 +56,7 @@ DEADLINE=$((START + BUDGET))
 OUTC="$BASE_OUT/multi"
 mkdir -p "$OUTC" || exit 2
 OUTC="$(cd "$OUTC" && pwd)"
-rm -f "$OUTC"/*.json "$OUTC"/*.txt "$OUTC"/summary.md "$OUTC"/logs.tar.gz
+rm -f "$OUTC"/*.json "$OUTC"/*.out "$OUTC"/*.txt "$OUTC"/summary.md "$OUTC"/logs.tar.gz
 WORK="$(mktemp -d /tmp/fgm.XXXXXX)" || exit 2
 RUN="$WORK/r" STATE="$WORK/s"
 mkdir -p "$WORK/logs" "$RUN" "$STATE"
@@ -88,18 +88,14 @@ frac_argv() {
   ARGV=(env LD_LIBRARY_PATH="$DEPS_LD" FRACGPU_SHIM="$SHIM" "$FRACGPU" --run-dir "$RUN" run --name "$name"
         "${flags[@]}" -- "${RESTORE_LD[@]}" "$@")
 }
-# one TAG LIMIT CMD... | one TAG LIMIT frac NAME FLAGS -- CMD...: runs CMD (as a tenant) in its
-# own process group under timeout; the last line of its stdout becomes TAG.json.
+# one TAG LIMIT CMD... | one TAG LIMIT frac NAME FLAGS -- CMD...: step (gpu_phase_lib.sh) for CMD,
+# as a tenant with `frac`, and its exit status in runs.tsv.
 one() {
   local tag=$1 limit=$2; shift 2
   if [[ "$1" == frac ]]; then shift; frac_argv "$@"; set -- "${ARGV[@]}"; fi
-  local l; l=$(($(left) - 5)); ((l < limit)) && limit=$l; ((limit < 5)) && limit=5
-  setsid timeout -k 5 "$limit" "$@" > "$WORK/logs/$tag.out" 2> "$WORK/logs/$tag.err" < /dev/null
-  local rc=$?
-  tail -n 1 "$WORK/logs/$tag.out" > "$OUTC/$tag.json"
-  printf '%s\t%s\n' "$tag" "$rc" >> "$OUTC/runs.tsv"
-  ((rc == 0)) || say "  $tag: rc $rc: $(tail -n 2 "$WORK/logs/$tag.err" | tr '\n' ' ' | cut -c1-300)"
-  return $rc
+  step "$tag" "$limit" "$@"
+  printf '%s\t%s\n' "$tag" "$RC" >> "$OUTC/runs.tsv"
+  return $RC
 }
 phase() {  # phase ID NEEDED_S TEXT: false when not selected or out of time
   selected "$1" || return 1
