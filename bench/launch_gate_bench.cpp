@@ -71,7 +71,7 @@ void BM_GateFastPath(benchmark::State& state) {
     return o;
   }();
   fracgpu::InflightLimiter limiter;
-  limiter.init(&ops);
+  limiter.init(&ops, nullptr);
   for (auto _ : state) {
     if (!gate.unchanged()) gate.pass_slow(nullptr, nullptr, &new_epoch);
     limiter.after_launch(nullptr, gate.inflight_limit_us());

@@ -56,7 +56,7 @@ void ComputePolicy::start(MemoryPolicy& memory, void* driver) {
   resolve_fence_ops(driver, &policy->fence_ops_);
   const std::string& dir = memory.session().directory();
   policy->doorbell_.set_path(dir + "/doorbell");
-  for (auto& gpu : policy->gpus_) gpu.limiter.init(&policy->fence_ops_);
+  for (auto& gpu : policy->gpus_) gpu.limiter.init(&policy->fence_ops_, &policy->captures_);
   if (!policy->fence_ops_.complete())
     FRACGPU_LOG(LogLevel::kWarn, "the CUDA driver lacks event functions; GPU work in flight is not bounded");
   instance_ = policy;
@@ -130,7 +130,11 @@ void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   while (!guard_released(guard, read_guard(quota), monotonic_ns())) pause_briefly();
 }
 
-// Synchronises every context this process launched into on the GPU since the last drain.
+// Waits for what this process queued on the GPU since the last drain: synchronises
+// every context it launched into, unless a stream capture is open (synchronising a
+// context that holds a capturing stream would invalidate the capture, in every mode);
+// then the fences of the in-flight limiter are waited for instead, which leaves at most
+// the bounded work after the newest fence running into the next tenant's slice.
 void ComputePolicy::drain(GpuCompute& gpu) noexcept {
   std::vector<CUcontext> contexts;
   {
@@ -139,16 +143,23 @@ void ComputePolicy::drain(GpuCompute& gpu) noexcept {
   }
   const DriverCalls& calls = memory_.driver();
   if (calls.cuCtxPushCurrent == nullptr || calls.cuCtxPopCurrent == nullptr || calls.cuCtxSynchronize == nullptr) return;
+  bool synchronised = true;
   for (CUcontext ctx : contexts) {
-    if (calls.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) continue;  // destroyed meanwhile
-    calls.cuCtxSynchronize();  // errors are the application's to see on its own calls
-    CUcontext popped = nullptr;
-    calls.cuCtxPopCurrent(&popped);
+    synchronised = synchronised && captures_.run_unless_capturing([&] {
+      if (calls.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return;  // destroyed meanwhile
+      calls.cuCtxSynchronize();  // errors are the application's to see on its own calls
+      CUcontext popped = nullptr;
+      calls.cuCtxPopCurrent(&popped);
+    });
   }
+  if (!synchronised) gpu.limiter.wait_for_recorded();
 }
 
 void* ComputePolicy::drainer_main(void* arg) noexcept {
   auto& gpu = *static_cast<GpuCompute*>(arg);
+  // Unsafe calls of this thread (context synchronisation, event waits) must never be
+  // charged to an application's global-mode capture.
+  instance_->captures_.relax_this_thread();
   uint32_t seen = 0;  // forces a look at the current word first
   for (;;) {
     const uint32_t word = gpu.gate.wait_for_change(seen, kDrainerIdleWaitNs);

@@ -3,7 +3,9 @@
 // it keeps the launch gate (grant word of the broker), the in-flight limiter and a
 // drainer thread: when the broker revokes the grant, the drainer synchronises the
 // contexts this process launched into and reports "drained", which is when the broker
-// charges the slice and hands the GPU on. Everything is set up lazily at the first
+// charges the slice and hands the GPU on. The drainer never breaks a stream capture: it
+// runs in relaxed capture mode and, while a capture is open, waits for the limiter's
+// fences instead of synchronising the context (capture_tracker.h). Everything is set up lazily at the first
 // launch on a GPU; a process that never launches costs nothing.
 // Per launch while granted: resolve the device (one relaxed load for a one-GPU
 // process), gate (one acquire load + compare), limiter (one fetch_add + two loads).
@@ -16,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/capture_tracker.h"
 #include "core/grant_gate.h"
 #include "core/inflight_limiter.h"
 #include "driver_calls.h"
@@ -40,11 +43,14 @@ class ComputePolicy {
     if (__builtin_expect(gpu.gate.burst_work(), 0)) bursts_and_guard(gpu);
     return device.index;
   }
-  // After it: counts the launch for the in-flight bound (may wait on a fence).
+  // After it: counts the launch for the in-flight bound (may wait on a fence). A launch
+  // into a capture did not run: it is neither counted nor fenced (capture_tracker.h).
   void after_launch(int index, CUstream stream, bool per_thread_stream, CUresult rc) noexcept {
     if (index == kNoTenantDevice || rc != CUDA_SUCCESS) return;
     GpuCompute& gpu = gpus_[static_cast<std::size_t>(index)];
-    gpu.limiter.after_launch(explicit_stream(stream, per_thread_stream), gpu.gate.inflight_limit_us());
+    const CUstream named = explicit_stream(stream, per_thread_stream);
+    if (__builtin_expect(captures_.any_open(), 0) && captures_.capturing(named)) return;
+    gpu.limiter.after_launch(named, gpu.gate.inflight_limit_us());
   }
   // A context is going away: stop draining it and drop its fence events.
   void forget_context(CUcontext ctx) noexcept;
@@ -60,7 +66,7 @@ class ComputePolicy {
     std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
   };
 
-  explicit ComputePolicy(MemoryPolicy& memory) : memory_(memory) {}
+  explicit ComputePolicy(MemoryPolicy& memory) : memory_(memory), captures_(CaptureTracker::process()) {}
   // The per-thread default stream is a different stream from the legacy one: name it.
   static CUstream explicit_stream(CUstream stream, bool per_thread) noexcept {
     return (stream == nullptr && per_thread) ? CU_STREAM_PER_THREAD : stream;
@@ -77,6 +83,7 @@ class ComputePolicy {
 
   static inline ComputePolicy* instance_ = nullptr;
   MemoryPolicy& memory_;
+  CaptureTracker& captures_;
   FenceOps fence_ops_;
   Doorbell doorbell_;
   std::mutex prepare_mutex_;

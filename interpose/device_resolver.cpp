@@ -32,6 +32,18 @@ void resolve_driver_calls(void* driver, DriverCalls* calls) {
   get("cuCtxPushCurrent_v2", &calls->cuCtxPushCurrent);
   get("cuCtxPopCurrent_v2", &calls->cuCtxPopCurrent);
   get("cuCtxSynchronize", &calls->cuCtxSynchronize);
+  get("cuGraphGetNodes", &calls->cuGraphGetNodes);
+  get("cuGraphNodeGetType", &calls->cuGraphNodeGetType);
+  get("cuGraphMemAllocNodeGetParams", &calls->cuGraphMemAllocNodeGetParams);
+  get("cuGraphChildGraphNodeGetGraph", &calls->cuGraphChildGraphNodeGetGraph);
+  get("cuDeviceGetGraphMemAttribute", &calls->cuDeviceGetGraphMemAttribute);
+  get("cuStreamIsCapturing", &calls->cuStreamIsCapturing);
+}
+
+void resolve_capture_ops(void* driver, CaptureOps* ops) {
+  auto get = [driver](const char* name, auto* slot) { resolve(driver, name, slot); };
+  get("cuThreadExchangeStreamCaptureMode", &ops->exchange_mode);
+  get("cuStreamIsCapturing", &ops->stream_is_capturing);
 }
 
 void resolve_fence_ops(void* driver, FenceOps* ops) {

@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "core/capture_tracker.h"
 #include "core/inflight_limiter.h"
 
 namespace fracgpu::shim {
@@ -25,9 +26,18 @@ struct DriverCalls {
   PFN_cuCtxPushCurrent_v4000 cuCtxPushCurrent = nullptr;
   PFN_cuCtxPopCurrent_v4000 cuCtxPopCurrent = nullptr;
   PFN_cuCtxSynchronize_v2000 cuCtxSynchronize = nullptr;
+  // Graph memory (graph_memory.cpp): what an instantiated graph allocates, and what the
+  // driver holds for graph allocations on a device.
+  PFN_cuGraphGetNodes_v10000 cuGraphGetNodes = nullptr;
+  PFN_cuGraphNodeGetType_v10000 cuGraphNodeGetType = nullptr;
+  PFN_cuGraphMemAllocNodeGetParams_v11040 cuGraphMemAllocNodeGetParams = nullptr;
+  PFN_cuGraphChildGraphNodeGetGraph_v10000 cuGraphChildGraphNodeGetGraph = nullptr;
+  PFN_cuDeviceGetGraphMemAttribute_v11040 cuDeviceGetGraphMemAttribute = nullptr;
+  PFN_cuStreamIsCapturing_v10000 cuStreamIsCapturing = nullptr;
 };
 
 void resolve_driver_calls(void* driver_handle, DriverCalls* calls);
 void resolve_fence_ops(void* driver_handle, FenceOps* ops);
+void resolve_capture_ops(void* driver_handle, CaptureOps* ops);
 
 }  // namespace fracgpu::shim

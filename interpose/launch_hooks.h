@@ -11,6 +11,7 @@
 
 #include "compute_policy.h"
 #include "core/hook_catalog.h"
+#include "graph_memory.h"
 
 namespace fracgpu::shim {
 
@@ -51,6 +52,17 @@ template <HookId Id, typename Locator>
 struct GatedBody {
   template <typename Real, typename... Args>
   static CUresult call(Real real, Args... args) noexcept {
+    if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
+      // A graph's memory nodes are charged when its launch makes the driver back them.
+      if (MemoryPolicy* memory = MemoryPolicy::active())
+        return GraphMemory::instance().launch(*memory, std::get<0>(std::tuple<Args...>(args...)),
+                                              [&] { return gated(real, args...); });
+    }
+    return gated(real, args...);
+  }
+
+  template <typename Real, typename... Args>
+  static CUresult gated(Real real, Args... args) noexcept {
     ComputePolicy* policy = ComputePolicy::active();
     if (policy == nullptr) return real(args...);
     constexpr bool per_thread = hook_info(Id).per_thread_stream;

@@ -3,6 +3,7 @@
 // from (the device's current pool, or the one named) and keep the per-pointer record
 // that a later free — stream-ordered or not — settles.
 #include "charge_records.h"
+#include "core/capture_tracker.h"
 #include "hook_bodies.h"
 #include "memory_policy.h"
 #include "memory_pools.h"
@@ -22,10 +23,22 @@ bool allocation_device(MemoryPolicy& policy, CUstream stream, TenantDevice* devi
   return true;
 }
 
+// A stream-ordered allocation on a capturing stream allocates nothing: it adds a memory
+// node to the graph being captured, charged when a launch of the graph backs it
+// (graph_memory.h). The same holds for a free captured into a graph: the charge of the
+// allocation it frees stays until the free really happens (a later free of the same
+// address, or its reuse, settles the row), so the books never run short.
+bool captured(CUstream stream, bool per_thread) {
+  CaptureTracker& captures = CaptureTracker::process();
+  if (!captures.any_open()) return false;
+  return captures.surely_capturing((stream == nullptr && per_thread) ? CU_STREAM_PER_THREAD : stream);
+}
+
 template <typename Call>
-CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, Call&& call) {
+CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, bool per_thread,
+                           Call&& call) {
   MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
+  if (policy == nullptr || captured(stream, per_thread)) return call();
   TenantDevice device;
   if (!allocation_device(*policy, stream, &device)) return CUDA_ERROR_INVALID_CONTEXT;  // never uncharged
   if (pool == nullptr) {
@@ -50,33 +63,35 @@ CUresult pooled_allocation(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CU
 
 CUresult HookBody<HookId::cuMemAllocAsync>::call(PFN_cuMemAllocAsync_v11020 real, CUdeviceptr* dptr,
                                                  size_t size, CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, nullptr, stream, [&] { return real(dptr, size, stream); });
+  return pooled_allocation(dptr, size, nullptr, stream, false, [&] { return real(dptr, size, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocAsync_ptsz>::call(PFN_cuMemAllocAsync_v11020_ptsz real, CUdeviceptr* dptr,
                                                       size_t size, CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, nullptr, stream, [&] { return real(dptr, size, stream); });
+  return pooled_allocation(dptr, size, nullptr, stream, true, [&] { return real(dptr, size, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocFromPoolAsync>::call(PFN_cuMemAllocFromPoolAsync_v11020 real,
                                                          CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                          CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, pool, stream, [&] { return real(dptr, size, pool, stream); });
+  return pooled_allocation(dptr, size, pool, stream, false, [&] { return real(dptr, size, pool, stream); });
 }
 
 CUresult HookBody<HookId::cuMemAllocFromPoolAsync_ptsz>::call(PFN_cuMemAllocFromPoolAsync_v11020_ptsz real,
                                                               CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
                                                               CUstream stream) noexcept {
-  return pooled_allocation(dptr, size, pool, stream, [&] { return real(dptr, size, pool, stream); });
+  return pooled_allocation(dptr, size, pool, stream, false, [&] { return real(dptr, size, pool, stream); });
 }
 
 CUresult HookBody<HookId::cuMemFreeAsync>::call(PFN_cuMemFreeAsync_v11020 real, CUdeviceptr ptr,
                                                 CUstream stream) noexcept {
+  if (captured(stream, false)) return real(ptr, stream);
   return free_any_device_memory(ptr, [&] { return real(ptr, stream); });
 }
 
 CUresult HookBody<HookId::cuMemFreeAsync_ptsz>::call(PFN_cuMemFreeAsync_v11020_ptsz real, CUdeviceptr ptr,
                                                      CUstream stream) noexcept {
+  if (captured(stream, true)) return real(ptr, stream);
   return free_any_device_memory(ptr, [&] { return real(ptr, stream); });
 }
 

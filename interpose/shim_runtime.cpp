@@ -3,10 +3,12 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <mutex>
 
+#include "core/capture_tracker.h"
 #include "core/hook_stats.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
@@ -32,6 +34,15 @@ void resolve_hooked_functions(void* driver) noexcept {
   }
 }
 
+// A tenant's process counts its open stream captures from the first CUDA call on, so
+// that nothing the shim does can invalidate one (core/capture_tracker.h).
+void track_captures(void* driver) noexcept {
+  CaptureOps ops;
+  resolve_capture_ops(driver, &ops);
+  CaptureTracker::process().init(ops);
+  pthread_atfork(nullptr, nullptr, [] { CaptureTracker::process().reset_after_fork(); });
+}
+
 // Registers with the tenant's broker when this process belongs to one. A configured
 // broker that cannot be reached makes the shim fail closed: CUDA answers as if no
 // driver were present, because running without the quota would break the tenant's
@@ -39,7 +50,10 @@ void resolve_hooked_functions(void* driver) noexcept {
 void join_tenant(ShimState* s, void* driver) noexcept {
   std::string error;
   if (MemoryPolicy::start(s->config.socket_path, s->config.socket_explicit, driver, &error)) {
-    if (MemoryPolicy* memory = MemoryPolicy::active()) ComputePolicy::start(*memory, driver);
+    if (MemoryPolicy* memory = MemoryPolicy::active()) {
+      track_captures(driver);
+      ComputePolicy::start(*memory, driver);
+    }
     return;
   }
   FRACGPU_LOG(LogLevel::kError,

@@ -42,22 +42,22 @@ void InflightLimiter::give_back(const Fence& fence) noexcept {
   }
 }
 
-bool InflightLimiter::record_fence(CUstream stream, uint64_t n) noexcept {
+InflightLimiter::Record InflightLimiter::record_fence(CUstream stream, uint64_t n) noexcept {
   CUcontext ctx = nullptr;
-  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
+  if (ops_->ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return Record::kSkipped;
   // Never add an event node to a graph being captured, nor touch a stream whose
   // capture state cannot be read (an implicit-capture error would invalidate it).
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (ops_->stream_is_capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return false;
+    return Record::kCapturing;
   CUevent event = take_event(ctx);
-  if (event == nullptr) return false;
+  if (event == nullptr) return Record::kSkipped;
   if (ops_->event_record(event, stream) != CUDA_SUCCESS) {
     ops_->event_destroy(event);
-    return false;
+    return Record::kSkipped;
   }
   pending_.push_back(Fence{event, ctx, n});
-  return true;
+  return Record::kRecorded;
 }
 
 // GPU time per launch from two completed fences of one context: elapsed / launches.
@@ -104,14 +104,28 @@ void InflightLimiter::slow_path(CUstream stream, uint32_t limit_us, uint64_t n) 
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  const bool recorded = record_fence(stream, n);
-  if (limit_us > 0 && recorded) {
+  // Event queries and waits are "potentially unsafe" while a capture is open anywhere
+  // in the process: make them in relaxed mode (they never touch captured work).
+  CaptureTracker::RelaxedScope relaxed(captures_);
+  const Record recorded = record_fence(stream, n);
+  // A launch into a capture did not run: touch no event on its behalf (its thread may be
+  // the capturing one), and fence at the next launch instead.
+  if (recorded == Record::kCapturing) return;
+  if (limit_us > 0 && recorded == Record::kRecorded) {
     wait_until_within(limit_us, n);
   } else {
     reap();
     while (pending_.size() >= kMaxPending) wait_until_within(UINT32_MAX, n);
   }
   next_fence_at_.store(n + fence_interval(limit_us), std::memory_order_relaxed);
+}
+
+void InflightLimiter::wait_for_recorded() noexcept {
+  if (ops_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  CaptureTracker::RelaxedScope relaxed(captures_);
+  for (const Fence& fence : pending_) ops_->event_synchronize(fence.event);  // never captured events
+  reap();
 }
 
 void InflightLimiter::forget_context(CUcontext ctx) noexcept {

@@ -18,6 +18,8 @@
 #include <mutex>
 #include <vector>
 
+#include "capture_tracker.h"
+
 namespace fracgpu {
 
 // The driver calls the limiter needs; any null entry disables it.
@@ -38,7 +40,12 @@ struct FenceOps {
 
 class InflightLimiter {
  public:
-  void init(const FenceOps* ops) { ops_ = ops->complete() ? ops : nullptr; }
+  // `captures` tells whether a capture is open: fence calls then run in relaxed
+  // capture mode, and never on a capturing stream (capture_tracker.h).
+  void init(const FenceOps* ops, const CaptureTracker* captures) {
+    ops_ = ops->complete() ? ops : nullptr;
+    captures_ = captures;
+  }
 
   // After a launch that was submitted to `stream` (already the explicit per-thread or
   // legacy handle). `limit_us` = 0 means unbounded (fences then only keep the estimate fresh).
@@ -49,6 +56,9 @@ class InflightLimiter {
   }
   // The limit changed: fence at the next launch so the new bound applies at once.
   void limit_changed() noexcept { next_fence_at_.store(0, std::memory_order_relaxed); }
+  // The drainer could not synchronise the context (a capture is open): waits for the
+  // fences recorded so far instead, which bounds what is still queued.
+  void wait_for_recorded() noexcept;
   // The context is being destroyed: its events go with it.
   void forget_context(CUcontext ctx) noexcept;
   // After fork(): the child starts empty (the parent's events are not the child's).
@@ -67,8 +77,9 @@ class InflightLimiter {
     uint64_t launch = 0;  // launches_ when it was recorded
   };
 
+  enum class Record { kRecorded, kSkipped, kCapturing };
   void slow_path(CUstream stream, uint32_t limit_us, uint64_t n) noexcept;
-  bool record_fence(CUstream stream, uint64_t n) noexcept;
+  Record record_fence(CUstream stream, uint64_t n) noexcept;
   void reap() noexcept;
   void learn(const Fence& earlier, const Fence& later) noexcept;
   void wait_until_within(uint32_t limit_us, uint64_t n) noexcept;
@@ -77,6 +88,7 @@ class InflightLimiter {
   void give_back(const Fence& fence) noexcept;
 
   const FenceOps* ops_ = nullptr;
+  const CaptureTracker* captures_ = nullptr;
   std::atomic<uint64_t> launches_{0};
   std::atomic<uint64_t> next_fence_at_{0};
   std::mutex mutex_;  // below: slow path only

@@ -128,6 +128,7 @@ struct FakeGpu {
   static inline uint64_t completed_upto = 0;                         // launches finished
   static inline uint64_t launches = 0;
   static inline int syncs = 0;
+  static inline int queries = 0;
   static inline std::size_t records = 0;
   static inline bool capturing = false;
   static inline uintptr_t next = 0x10;
@@ -135,6 +136,7 @@ struct FakeGpu {
     recorded.clear();
     completed_upto = launches = 0;
     syncs = 0;
+    queries = 0;
     records = 0;
     capturing = false;
   }
@@ -162,6 +164,7 @@ FenceOps fake_ops() {
     return CUDA_SUCCESS;
   };
   o.event_query = [](CUevent e) {
+    ++FakeGpu::queries;
     return FakeGpu::launch_of(e) <= FakeGpu::completed_upto ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   };
   o.event_synchronize = [](CUevent e) {
@@ -185,7 +188,7 @@ TEST(InflightLimiter, LearnsGpuTimePerLaunchAndBoundsTheQueue) {
   FakeGpu::reset();
   static const FenceOps ops = fake_ops();
   InflightLimiter limiter;
-  limiter.init(&ops);
+  limiter.init(&ops, nullptr);
   for (int i = 0; i < 50; ++i) {
     ++FakeGpu::launches;
     limiter.after_launch(nullptr, 3000);  // 3 ms bound, 1 ms launches
@@ -200,7 +203,7 @@ TEST(InflightLimiter, UnboundedFencesRarelyAndNeverWaits) {
   FakeGpu::reset();
   static const FenceOps ops = fake_ops();
   InflightLimiter limiter;
-  limiter.init(&ops);
+  limiter.init(&ops, nullptr);
   for (int i = 0; i < 5; ++i) {  // learn first
     ++FakeGpu::launches;
     FakeGpu::completed_upto = FakeGpu::launches;
@@ -220,7 +223,7 @@ TEST(InflightLimiter, NeverRecordsIntoACapturingStream) {
   FakeGpu::capturing = true;
   static const FenceOps ops = fake_ops();
   InflightLimiter limiter;
-  limiter.init(&ops);
+  limiter.init(&ops, nullptr);
   for (int i = 0; i < 100; ++i) {
     ++FakeGpu::launches;
     limiter.after_launch(nullptr, 500);
@@ -229,10 +232,49 @@ TEST(InflightLimiter, NeverRecordsIntoACapturingStream) {
   EXPECT_EQ(FakeGpu::syncs, 0);
 }
 
+// Inside the application's own capture, an event query is an unsafe call that would
+// invalidate it: a launch into a capturing stream must touch no event at all, even with
+// fences of earlier, uncaptured launches still pending (graphConditionalNodes on the H200).
+TEST(InflightLimiter, TouchesNoEventWhileTheLaunchingStreamCaptures) {
+  FakeGpu::reset();
+  static const FenceOps ops = fake_ops();
+  InflightLimiter limiter;
+  limiter.init(&ops, nullptr);
+  for (int i = 0; i < 3; ++i) {  // uncaptured launches leave fences pending
+    ++FakeGpu::launches;
+    limiter.after_launch(nullptr, 500'000);
+  }
+  ASSERT_GT(FakeGpu::records, 0u);
+  const int queries = FakeGpu::queries, syncs = FakeGpu::syncs;
+  const std::size_t records = FakeGpu::records;
+  FakeGpu::capturing = true;
+  for (int i = 0; i < 100; ++i) limiter.after_launch(nullptr, 500);
+  EXPECT_EQ(FakeGpu::queries, queries);
+  EXPECT_EQ(FakeGpu::syncs, syncs);
+  EXPECT_EQ(FakeGpu::records, records);
+  FakeGpu::capturing = false;  // the next uncaptured launch fences again at once
+  limiter.after_launch(nullptr, 500);
+  EXPECT_GT(FakeGpu::records, records);
+}
+
+// The drainer's fallback while a capture is open: wait for the fences recorded so far.
+TEST(InflightLimiter, WaitForRecordedCompletesEveryPendingFence) {
+  FakeGpu::reset();
+  static const FenceOps ops = fake_ops();
+  InflightLimiter limiter;
+  limiter.init(&ops, nullptr);
+  for (int i = 0; i < 4; ++i) {
+    ++FakeGpu::launches;
+    limiter.after_launch(nullptr, 500'000);
+  }
+  limiter.wait_for_recorded();
+  EXPECT_EQ(FakeGpu::completed_upto, FakeGpu::recorded.back().second);
+}
+
 TEST(InflightLimiter, MissingDriverCallsDisableIt) {
   FenceOps none;
   InflightLimiter limiter;
-  limiter.init(&none);
+  limiter.init(&none, nullptr);
   for (int i = 0; i < 10; ++i) limiter.after_launch(nullptr, 500);  // no crash, no calls
   EXPECT_EQ(limiter.launches(), 10u);
 }
