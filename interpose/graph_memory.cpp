@@ -89,7 +89,8 @@ CUresult GraphMemory::charge_before(MemoryPolicy& policy, const ExecMemory& memo
     if (memory.device.index >= 0 && pool.reserved > charged_[index]) charge_to(policy, memory.device.index, pool.reserved);
     headroom = pool.reserved - std::min(pool.used, pool.reserved);
   }
-  const uint64_t need = memory.bytes > headroom ? memory.bytes - headroom : 0;
+  const uint64_t wanted = memory.backed ? 0 : memory.bytes;
+  const uint64_t need = wanted > headroom ? wanted - headroom : 0;
   if (need == 0) return CUDA_SUCCESS;
   if (CUresult rc = policy.reserve(memory.device, need, "cuGraphLaunch (graph memory)"); rc != CUDA_SUCCESS) return rc;
   *precharged = need;
@@ -129,7 +130,11 @@ void GraphMemory::destroyed(MemoryPolicy& policy, CUgraphExec exec) noexcept {
 
 void GraphMemory::trimmed(MemoryPolicy& policy, CUdevice ordinal) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  resync(policy, policy.device(ordinal));
+  const TenantDevice device = policy.device(ordinal);
+  for (auto& [exec, memory] : execs_) {
+    if (memory.device.ordinal == ordinal) memory.backed = false;  // idle execs lost their memory
+  }
+  resync(policy, device);
 }
 
 uint64_t GraphMemory::charged(int index) const noexcept {

@@ -7,7 +7,8 @@
 // (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), and a launch that would need more than the
 // cap allows is refused with CUDA_ERROR_OUT_OF_MEMORY *before* the driver maps anything:
 //   before the launch: need = (the exec's allocation bytes) - (reserved - used), the part
-//     the pool cannot cover with memory it already holds; reserve `need` in the ledger;
+//     the pool cannot cover with memory it already holds (nothing for an exec launched
+//     since the last trim: it keeps its own memory); reserve `need` in the ledger;
 //   after it: the charge becomes max(reserved now, charge before) and the unneeded part
 //     of `need` is released (the driver may reuse memory between graphs).
 // Cost: nothing for graphs without memory nodes (one relaxed load per graph launch);
@@ -50,6 +51,7 @@ class GraphMemory {
     if (CUresult rc = charge_before(policy, memory, &precharged); rc != CUDA_SUCCESS) return rc;
     const CUresult rc = call();
     settle_after(policy, memory.device, precharged, rc == CUDA_SUCCESS);
+    if (rc == CUDA_SUCCESS) it->second.backed = true;
     return rc;
   }
 
@@ -59,7 +61,8 @@ class GraphMemory {
  private:
   struct ExecMemory {
     TenantDevice device;
-    uint64_t bytes = 0;  // sum of the exec's allocation nodes
+    uint64_t bytes = 0;   // sum of the exec's allocation nodes
+    bool backed = false;  // launched since the last trim: it reuses its own memory
   };
   struct PoolState {
     bool known = false;

@@ -34,7 +34,7 @@ void CaptureTracker::relax_this_thread() const noexcept {
 }
 
 CaptureTracker::RelaxedScope::RelaxedScope(const CaptureTracker* tracker) noexcept : tracker_(tracker) {
-  if (tracker_ == nullptr || !tracker_->any_open() || tracker_->ops_.exchange_mode == nullptr) return;
+  if (tracker_ == nullptr || tracker_->ops_.exchange_mode == nullptr) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (tracker_->ops_.exchange_mode(&mode) != CUDA_SUCCESS) return;
   previous_ = mode;

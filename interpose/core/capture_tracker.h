@@ -10,7 +10,7 @@
 // The rules the shim follows, enforced here and by the simulated driver's tests:
 //  1. The shim's own threads (the drainer) run in relaxed interaction mode for good.
 //  2. Shim calls made on an application thread that could be unsafe (fence events of
-//     the in-flight limiter) run inside a RelaxedScope while any capture is open.
+//     the in-flight limiter) run inside a RelaxedScope.
 //  3. Nothing is recorded into, waited on or synchronised on a capturing stream.
 //  4. A context is synchronised only while no capture is open in the process; a capture
 //     cannot begin while the drainer synchronises (begin waits for it, bounded by the
@@ -89,8 +89,10 @@ class CaptureTracker {
   // Puts the calling thread in relaxed capture interaction mode for good (shim threads).
   void relax_this_thread() const noexcept;
 
-  // Relaxed interaction mode for the calling thread while in scope, only when a capture
-  // is open (otherwise the mode does not matter and the two driver calls are skipped).
+  // Relaxed interaction mode for the calling thread while in scope. Always switched,
+  // not only while a capture is open: a capture another thread begins while this scope
+  // waits on a fence would otherwise be invalidated by the next event query. Cost: two
+  // cheap driver calls (thread-local state) per limiter slow path, i.e. once per fence.
   class RelaxedScope {
    public:
     explicit RelaxedScope(const CaptureTracker* tracker) noexcept;  // null: no-op

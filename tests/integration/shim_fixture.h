@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include "child_process.h"
 
 namespace fracgpu::testing {
@@ -20,6 +22,8 @@ class ShimFixture : public ::testing::Test {
     base_env_["FAKECUDA_SHM_NAME"] = shm_name_;
     base_env_["FAKECUDA_MEMORY"] = "4GiB";
     base_env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
+    // Diagnostics of the simulated driver reach the test's children when asked for.
+    if (const char* trace = std::getenv("FAKECUDA_TRACE_CAPTURE")) base_env_["FAKECUDA_TRACE_CAPTURE"] = trace;
   }
   void TearDown() override { shm_unlink(shm_name_.c_str()); }
 

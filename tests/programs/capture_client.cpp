@@ -9,9 +9,12 @@
 // kernels on another stream meanwhile (legal next to a global capture), so that the
 // shim's fences run while captures are open. --replay-seconds S: capture once, then
 // replay the graph for S seconds (a graph-replaying tenant for the share tests).
+// --conditional: each cycle builds a WHILE conditional node whose body is captured into
+// the body graph with cuStreamBeginCaptureToGraph, and checks the loop ran to its end.
 //
 //   fracgpu-capture-client [--mode global|thread_local|relaxed] [--cycles N] [--threads T]
-//       [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] [--graph-alloc BYTES] [--side-launches]
+//       [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] [--conditional] [--graph-alloc BYTES]
+//       [--side-launches]
 //       [--replay-seconds S] [--report FILE|-]
 //
 // The report is one JSON line: {"cycles":N,"failures":F,"errors":[...],"graph_launches":L,
@@ -46,6 +49,7 @@ struct Options {
   unsigned long hold_ms = 0;
   unsigned long long graph_alloc = 0;
   bool fork = false;
+  bool conditional = false;
   bool side_launches = false;
   double replay_seconds = 0;
   std::string report = "-";
@@ -54,7 +58,7 @@ struct Options {
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "fracgpu-capture-client: %s\nusage: fracgpu-capture-client [--mode global|thread_local|relaxed] "
-               "[--cycles N] [--threads T] [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] [--graph-alloc BYTES] "
+               "[--cycles N] [--threads T] [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] [--conditional] [--graph-alloc BYTES] "
                "[--side-launches] [--replay-seconds S] [--report FILE|-]\n",
                problem.c_str());
   std::exit(2);
@@ -74,6 +78,7 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--fork") { o.fork = true; continue; }
+    if (a == "--conditional") { o.conditional = true; continue; }
     if (a == "--side-launches") { o.side_launches = true; continue; }
     if (i + 1 >= argc) usage(a + " needs a value");
     const char* v = argv[++i];
@@ -99,6 +104,7 @@ Options parse(int argc, char** argv) {
 struct Kernels {
   CUfunction spin = nullptr;
   CUfunction fill = nullptr;
+  CUfunction countdown = nullptr;  // sets a conditional handle to (--*counter != 0)
 };
 
 // What every thread records; errors are kept in order, the first few by name.
@@ -183,6 +189,65 @@ bool capture(const Options& o, const Kernels& k, CUstream s, CUstream side, CUev
   return true;
 }
 
+// --conditional: a WHILE node whose body is filled by capture into the body graph
+// (cuStreamBeginCaptureToGraph, as NVIDIA's graphConditionalNodes sample does): spins,
+// then a countdown of the counter in `out` that ends the loop at 0. The launch sets the
+// counter to kLoops first; the check expects 0.
+constexpr uint32_t kLoops = 3;
+bool capture_conditional(const Options& o, const Kernels& k, CUcontext ctx, CUstream s, CUdeviceptr out,
+                         CUgraphExec* exec, Results& results) {
+  CUgraph graph = nullptr;
+  CHECK(cuGraphCreate(&graph, 0));
+  CUgraphConditionalHandle handle = 0;
+  CHECK(cuGraphConditionalHandleCreate(&handle, graph, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+  CUgraphNodeParams params{};
+  params.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  params.conditional.handle = handle;
+  params.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+  params.conditional.size = 1;
+  params.conditional.ctx = ctx;
+  CUgraphNode node = nullptr;
+  CHECK(cuGraphAddNode(&node, graph, nullptr, nullptr, 0, &params));
+  CUgraph body = params.conditional.phGraph_out[0];
+  CHECK(cuStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, o.mode));
+  bool recorded = true;
+  for (unsigned long i = 0; i < o.kernels && recorded; ++i) {
+    recorded = spin(k, s, o.kernel_us) == CUDA_SUCCESS;
+    if (o.hold_ms > 0 && i == o.kernels / 2) std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
+  }
+  uint64_t h = handle;
+  void* countdown_params[] = {&h, &out};
+  const CUresult counted = cuLaunchKernel(k.countdown, 1, 1, 1, 1, 1, 1, 0, s, countdown_params, nullptr);
+  CUgraph ignored = nullptr;
+  const CUresult ended = cuStreamEndCapture(s, &ignored);
+  if (!recorded) results.fail("captured spin", CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CHECK(counted);
+  CHECK(ended);
+  const CUresult made = cuGraphInstantiateWithFlags(exec, graph, 0);
+  cuGraphDestroy(graph);
+  CHECK(made);
+  return recorded;
+}
+
+bool conditional_cycle(const Options& o, const Kernels& k, CUcontext ctx, CUstream s, CUdeviceptr out,
+                       Results& results) {
+  CUgraphExec exec = nullptr;
+  if (!capture_conditional(o, k, ctx, s, out, &exec, results)) return false;
+  CHECK(cuMemsetD32Async(out, kLoops, 1, s));
+  CHECK(cuGraphLaunch(exec, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuGraphExecDestroy(exec));
+  uint32_t left = 1;
+  CHECK(cuMemcpyDtoH(&left, out, sizeof(left)));
+  if (left != 0) {
+    results.fail("conditional loop check", CUDA_ERROR_UNKNOWN);
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(results.mutex);
+  ++results.graph_launches;
+  return true;
+}
+
 // One capture cycle: capture, instantiate, launch, check. A launch refused for graph
 // memory (the cap) counts as "oom".
 bool cycle(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at, CUevent join_at,
@@ -237,7 +302,8 @@ bool worker(const Options& o, const Kernels& k, CUcontext ctx, unsigned long ind
   }
   for (unsigned long c = 0; c < o.cycles; ++c) {
     const uint32_t value = static_cast<uint32_t>(index * 1'000'000 + c + 1);
-    const bool passed = cycle(o, k, s, side, fork_at, join_at, out, value, results);
+    const bool passed = o.conditional ? conditional_cycle(o, k, ctx, s, out, results)
+                                      : cycle(o, k, s, side, fork_at, join_at, out, value, results);
     std::lock_guard<std::mutex> lock(results.mutex);
     ++results.cycles;
     ok = ok && passed;
@@ -297,6 +363,7 @@ int main(int argc, char** argv) {
     CHECK(cuModuleLoadData(&module, kModule));
     CHECK(cuModuleGetFunction(&k.spin, module, "fracgpu_fake_spin"));
     CHECK(cuModuleGetFunction(&k.fill, module, "fracgpu_fake_fill"));
+    if (o.conditional) CHECK(cuModuleGetFunction(&k.countdown, module, "fracgpu_fake_countdown_condition"));
     return true;
   };
   const auto start = std::chrono::steady_clock::now();

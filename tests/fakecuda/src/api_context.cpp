@@ -4,6 +4,7 @@
 #include <array>
 
 #include "api_support.h"
+#include "capture.h"
 
 using namespace fakecuda;
 
@@ -208,15 +209,26 @@ extern "C" CUresult fakecuda_impl_cuCtxGetDevice_v2(CUdevice* device, CUcontext 
   });
 }
 
+namespace {
+
+// Synchronising a context is potentially unsafe, and conflicts with a capture of one of
+// its streams in every mode (see capture.h).
+CUresult synchronize(Context& context) {
+  CUresult status = check_context_wait(context.handle());
+  return status != CUDA_SUCCESS ? status : context.synchronize();
+}
+
+}  // namespace
+
 extern "C" CUresult fakecuda_impl_cuCtxSynchronize() {
-  return with_context([](Driver&, Context& context) { return context.synchronize(); });
+  return with_context([](Driver&, Context& context) { return synchronize(context); });
 }
 
 extern "C" CUresult fakecuda_impl_cuCtxSynchronize_v2(CUcontext ctx) {
   if (ctx == nullptr) return fakecuda_impl_cuCtxSynchronize();
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Context> context = driver.handles.get<Context>(ctx);
-    return context ? context->synchronize() : CUDA_ERROR_INVALID_CONTEXT;
+    return context ? synchronize(*context) : CUDA_ERROR_INVALID_CONTEXT;
   });
 }
 

@@ -26,10 +26,11 @@ CUresult record(CUevent hEvent, CUstream hStream, unsigned flags) {
   if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0)
     return CUDA_ERROR_INVALID_VALUE;
   return with_event(hEvent, [&](Driver&, Event& event) {
-    std::shared_ptr<Stream> stream;
-    CUresult status = resolve_stream(hStream, stream);
+    CUresult status = check_stream_use(hStream);  // the legacy stream during a capture
     if (status != CUDA_SUCCESS) return status;
-    if (capture_record_event(*stream, event)) return CUDA_SUCCESS;
+    std::shared_ptr<Stream> stream;
+    if ((status = resolve_stream(hStream, stream)) != CUDA_SUCCESS) return status;
+    if (capture_record_event(*stream, event, status)) return status;
     event.record(*stream);
     return CUDA_SUCCESS;
   });
@@ -78,7 +79,7 @@ extern "C" CUresult fakecuda_impl_cuEventRecord(CUevent hEvent, CUstream hStream
   return record(hEvent, hStream, 0);
 }
 extern "C" CUresult fakecuda_impl_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
-  return record(hEvent, hStream, 0);
+  return record(hEvent, per_thread_handle(hStream), 0);
 }
 extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream,
                                                          unsigned int flags) {
@@ -86,15 +87,20 @@ extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags(CUevent hEvent, CUstrea
 }
 extern "C" CUresult fakecuda_impl_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
                                                               unsigned int flags) {
-  return record(hEvent, hStream, flags);
+  return record(hEvent, per_thread_handle(hStream), flags);
 }
 
 extern "C" CUresult fakecuda_impl_cuEventQuery(CUevent hEvent) {
-  return with_event(hEvent, [](Driver&, Event& event) { return event.query(); });
+  return with_event(hEvent, [](Driver&, Event& event) {
+    CUresult status = check_event_wait(event);  // potentially unsafe; captured events conflict
+    return status != CUDA_SUCCESS ? status : event.query();
+  });
 }
 
 extern "C" CUresult fakecuda_impl_cuEventSynchronize(CUevent hEvent) {
   return with_event(hEvent, [](Driver&, Event& event) {
+    CUresult status = check_event_wait(event);
+    if (status != CUDA_SUCCESS) return status;
     event.synchronize();
     return CUDA_SUCCESS;
   });

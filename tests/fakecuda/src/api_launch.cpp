@@ -3,6 +3,7 @@
 // configuration like the real driver, copies the arguments, and submits a
 // KernelLaunch to the stream — or records it as a graph node while capturing.
 #include "api_support.h"
+#include "capture.h"
 #include "device_attributes.h"
 #include "module.h"
 #include "operations.h"
@@ -59,6 +60,7 @@ CUresult launch(CUfunction f, const LaunchShape& shape, CUstream hStream, void**
     op.shared_bytes = shape.shared_bytes;
     if ((status = gather_kernel_args(*function->kernel, params, extra, op.args)) != CUDA_SUCCESS)
       return status;
+    if ((status = check_stream_use(hStream)) != CUDA_SUCCESS) return status;  // see capture.h
     std::shared_ptr<Stream> stream;
     if ((status = resolve_stream(hStream, stream)) != CUDA_SUCCESS) return status;
     return submit_operation(*stream, std::move(op));
@@ -72,7 +74,8 @@ CUresult launch_classic(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
                 cooperative);
 }
 
-CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra,
+                   bool per_thread) {
   if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr))
     return CUDA_ERROR_INVALID_VALUE;
   bool cooperative = false;
@@ -83,7 +86,8 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** params, vo
   LaunchShape shape{{config->gridDimX, config->gridDimY, config->gridDimZ},
                     {config->blockDimX, config->blockDimY, config->blockDimZ},
                     config->sharedMemBytes};
-  return launch(f, shape, config->hStream, params, extra, cooperative);
+  CUstream stream = per_thread ? per_thread_handle(config->hStream) : config->hStream;
+  return launch(f, shape, stream, params, extra, cooperative);
 }
 
 }  // namespace
@@ -103,7 +107,7 @@ extern "C" CUresult fakecuda_impl_cuLaunchKernel_ptsz(
     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
   return launch_classic(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                        sharedMemBytes, hStream, kernelParams, extra, false);
+                        sharedMemBytes, per_thread_handle(hStream), kernelParams, extra, false);
 }
 
 extern "C" CUresult fakecuda_impl_cuLaunchCooperativeKernel(
@@ -119,15 +123,15 @@ extern "C" CUresult fakecuda_impl_cuLaunchCooperativeKernel_ptsz(
     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams) {
   return launch_classic(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
-                        sharedMemBytes, hStream, kernelParams, nullptr, true);
+                        sharedMemBytes, per_thread_handle(hStream), kernelParams, nullptr, true);
 }
 
 extern "C" CUresult fakecuda_impl_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
                                                    void** kernelParams, void** extra) {
-  return launch_ex(config, f, kernelParams, extra);
+  return launch_ex(config, f, kernelParams, extra, false);
 }
 
 extern "C" CUresult fakecuda_impl_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                                         void** kernelParams, void** extra) {
-  return launch_ex(config, f, kernelParams, extra);
+  return launch_ex(config, f, kernelParams, extra, true);
 }

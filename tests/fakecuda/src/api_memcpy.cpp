@@ -2,7 +2,9 @@
 // variants (all streams of a context share one queue, so they behave identically),
 // the legacy 32-bit v1 ABIs, peer copies and 2D copies between host and device memory.
 #include "api_support.h"
+#include "capture.h"
 #include "memory_transfer.h"
+#include "stream.h"
 
 using namespace fakecuda;
 
@@ -16,16 +18,26 @@ uintptr_t host(const void* p) {
   return reinterpret_cast<uintptr_t>(p);
 }
 
+// The capture rules (capture.h): a synchronous copy is potentially unsafe, and any copy
+// on the legacy stream conflicts with a capture of a blocking stream.
+CUresult capture_check(CUstream stream, bool sync) {
+  return sync ? check_synchronous_transfer(stream) : check_stream_use(stream);
+}
+
 CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return transfer_1d(dst, kDevice, host(src), kHost, n, stream, sync);
 }
 CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return transfer_1d(host(dst), kHost, src, kDevice, n, stream, sync);
 }
 CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return transfer_1d(dst, kDevice, src, kDevice, n, stream, sync);
 }
 CUresult unified(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return transfer_1d(dst, kUnified, src, kUnified, n, stream, sync);
 }
 
@@ -58,6 +70,7 @@ bool end_2d(CUmemorytype type, const void* host_ptr, CUdeviceptr device_ptr, siz
 
 CUresult copy_2d(const CUDA_MEMCPY2D* copy, CUstream stream, bool sync) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   TransferRequest request;
   if (!end_2d(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcXInBytes, copy->srcY,
               copy->srcPitch, request.src) ||
@@ -88,7 +101,7 @@ extern "C" CUresult fakecuda_impl_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src
 }
 extern "C" CUresult fakecuda_impl_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src,
                                                      size_t ByteCount, CUstream hStream) {
-  return unified(dst, src, ByteCount, hStream, false);
+  return unified(dst, src, ByteCount, per_thread_handle(hStream), false);
 }
 
 // Host to device.
@@ -111,7 +124,7 @@ extern "C" CUresult fakecuda_impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, co
 extern "C" CUresult fakecuda_impl_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice,
                                                             const void* srcHost, size_t ByteCount,
                                                             CUstream hStream) {
-  return htod(dstDevice, srcHost, ByteCount, hStream, false);
+  return htod(dstDevice, srcHost, ByteCount, per_thread_handle(hStream), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void* srcHost,
                                                     unsigned int ByteCount, CUstream hStream) {
@@ -137,7 +150,7 @@ extern "C" CUresult fakecuda_impl_cuMemcpyDtoHAsync_v2(void* dstHost, CUdevicept
 }
 extern "C" CUresult fakecuda_impl_cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice,
                                                             size_t ByteCount, CUstream hStream) {
-  return dtoh(dstHost, srcDevice, ByteCount, hStream, false);
+  return dtoh(dstHost, srcDevice, ByteCount, per_thread_handle(hStream), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemcpyDtoHAsync(void* dstHost, CUdeviceptr_v1 srcDevice,
                                                     unsigned int ByteCount, CUstream hStream) {
@@ -164,7 +177,7 @@ extern "C" CUresult fakecuda_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CU
 extern "C" CUresult fakecuda_impl_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice,
                                                             CUdeviceptr srcDevice, size_t ByteCount,
                                                             CUstream hStream) {
-  return dtod(dstDevice, srcDevice, ByteCount, hStream, false);
+  return dtod(dstDevice, srcDevice, ByteCount, per_thread_handle(hStream), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice,
                                                     CUdeviceptr_v1 srcDevice,
@@ -193,7 +206,8 @@ extern "C" CUresult fakecuda_impl_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice,
                                                          CUdeviceptr srcDevice,
                                                          CUcontext srcContext, size_t ByteCount,
                                                          CUstream hStream) {
-  return peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream, false);
+  return peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, per_thread_handle(hStream),
+              false);
 }
 
 // 2D copies.
@@ -214,5 +228,5 @@ extern "C" CUresult fakecuda_impl_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pCopy,
 }
 extern "C" CUresult fakecuda_impl_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* pCopy,
                                                           CUstream hStream) {
-  return copy_2d(pCopy, hStream, false);
+  return copy_2d(pCopy, per_thread_handle(hStream), false);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "api_support.h"
+#include "capture.h"
 #include "device_memory.h"
 
 using namespace fakecuda;
@@ -16,6 +17,8 @@ constexpr size_t kPitchAlignment = 512;
 CUresult alloc_device(CUdeviceptr* dptr, size_t bytes, MemoryKind kind, bool low_address) {
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context& context) {
+    CUresult status = check_unsafe_call();  // synchronous allocation (see capture.h)
+    if (status != CUDA_SUCCESS) return status;
     DeviceAllocationRequest request;
     request.bytes = bytes;
     request.kind = kind;
@@ -62,6 +65,8 @@ CUresult alloc_host(void** pp, size_t bytes, unsigned flags, bool low_address) {
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context& context) {
+    CUresult status = check_unsafe_call();
+    if (status != CUDA_SUCCESS) return status;
     return allocate_host_memory(driver, context, bytes, flags, low_address, *pp);
   });
 }
@@ -111,7 +116,10 @@ extern "C" CUresult fakecuda_impl_cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int 
 }
 
 extern "C" CUresult fakecuda_impl_cuMemFree_v2(CUdeviceptr dptr) {
-  return with_driver([&](Driver& driver) { return free_device_memory(driver, dptr); });
+  return with_driver([&](Driver& driver) {
+    CUresult status = check_unsafe_call();
+    return status != CUDA_SUCCESS ? status : free_device_memory(driver, dptr);
+  });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemFree(CUdeviceptr_v1 dptr) {
@@ -187,7 +195,10 @@ extern "C" CUresult fakecuda_impl_cuMemHostAlloc(void** pp, size_t bytesize, uns
 }
 
 extern "C" CUresult fakecuda_impl_cuMemFreeHost(void* p) {
-  return with_driver([&](Driver& driver) { return free_host_memory(driver, p); });
+  return with_driver([&](Driver& driver) {
+    CUresult status = check_unsafe_call();
+    return status != CUDA_SUCCESS ? status : free_host_memory(driver, p);
+  });
 }
 
 extern "C" CUresult fakecuda_impl_cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p,

@@ -1,12 +1,17 @@
 // Stream-ordered allocation and memory pools: cuMemAllocAsync, cuMemAllocFromPoolAsync,
-// cuMemFreeAsync (+ _ptsz), cuMemPool*, cuDevice{Get,Set,GetDefault}MemPool.
+// cuMemFreeAsync (+ _ptsz), cuMemPool*, cuDevice{Get,Set,GetDefault}MemPool, and the
+// graph memory pool: cuDeviceGraphMemTrim, cuDevice{Get,Set}GraphMemAttribute.
 // Allocation happens at the call (so an over-capacity request fails at once with
 // CUDA_ERROR_OUT_OF_MEMORY); the free is a work item, so memory stays valid until the
-// stream reaches it, which is what stream-ordered semantics promise.
+// stream reaches it, which is what stream-ordered semantics promise. On a capturing
+// stream both become graph memory nodes instead (nothing is allocated then; the
+// address returned is the node's, see mem_pool.h), and cuMemFreeAsync of a graph
+// allocation returns it to the graph memory pool.
 #include "api_support.h"
 #include "capture.h"
 #include "device_memory.h"
 #include "mem_pool.h"
+#include "operations.h"
 #include "stream.h"
 
 using namespace fakecuda;
@@ -18,16 +23,24 @@ CUresult stream_context(Driver& driver, Stream& stream, std::shared_ptr<Context>
   return context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
+// The allocation node cuMemAllocAsync records while capturing (from the pool's device).
+CUresult graph_alloc_op(Driver& driver, Context& context, MemPool& pool, size_t bytes,
+                        MemAllocOp& op) {
+  op.allocation = graph_memory()->create(driver, pool.device(), context.handle(), bytes);
+  if (!op.allocation) return CUDA_ERROR_OUT_OF_MEMORY;
+  op.pool_props = pool.props();
+  op.pool_props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  op.pool_props.location.id = driver.ordinal_of(pool.device());
+  op.access = std::make_shared<const std::vector<CUmemAccessDesc>>();
+  return CUDA_SUCCESS;
+}
+
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool_handle, CUstream hStream) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
     std::shared_ptr<Stream> stream;
     CUresult status = resolve_stream(hStream, stream);
     if (status != CUDA_SUCCESS) return status;
-    if (capture_status(*stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
-      invalidate_capture(*stream);  // graph memory nodes are not simulated
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
     std::shared_ptr<Context> context;
     if ((status = stream_context(driver, *stream, context)) != CUDA_SUCCESS) return status;
     if (pool_handle == nullptr) {
@@ -36,6 +49,16 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool_handle, 
     }
     std::shared_ptr<MemPool> pool = driver.handles.get<MemPool>(pool_handle);
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (capture_status(*stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
+      MemAllocOp op;
+      if ((status = graph_alloc_op(driver, *context, *pool, bytes, op)) != CUDA_SUCCESS)
+        return status;
+      CUresult result = CUDA_SUCCESS;
+      if (capture_operation(*stream, op, result)) {
+        if (result == CUDA_SUCCESS) *dptr = op.allocation->base();
+        return result;
+      }
+    }
     DeviceAllocationRequest request;
     request.bytes = bytes;
     request.pool = pool_handle;
@@ -49,16 +72,29 @@ CUresult free_async(CUdeviceptr dptr, CUstream hStream) {
     std::shared_ptr<Stream> stream;
     CUresult status = resolve_stream(hStream, stream);
     if (status != CUDA_SUCCESS) return status;
+    std::shared_ptr<GraphMemory> memory = graph_memory();
+    std::shared_ptr<GraphAllocation> graph_allocation = memory->find(dptr);
+    if (capture_status(*stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
+      // A free node, which must free a graph allocation.
+      if (!graph_allocation) {
+        invalidate_capture(*stream);
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      CUresult result = CUDA_SUCCESS;
+      if (capture_operation(*stream, MemFreeOp{graph_allocation}, result)) return result;
+    }
+    Driver* owner = &driver;
+    if (graph_allocation) {  // freed now for the API, unmapped once the stream gets there
+      if ((status = memory->begin_free_async(graph_allocation)) != CUDA_SUCCESS) return status;
+      stream->submit(
+          [memory, graph_allocation](WorkScope&) { memory->end_free_async(graph_allocation); });
+      return CUDA_SUCCESS;
+    }
     std::optional<Allocation> found = driver.allocations.find(dptr);
     if (!found || found->base != dptr || found->is_host_kind() ||
         found->kind == MemoryKind::VmmMapping) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (capture_status(*stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
-      invalidate_capture(*stream);
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    Driver* owner = &driver;
     stream->submit([owner, dptr](WorkScope&) {
       if (std::optional<Allocation> taken = owner->allocations.take(dptr))
         release_allocation(*owner, *taken);
@@ -192,5 +228,32 @@ extern "C" CUresult fakecuda_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool 
     std::lock_guard lock(driver.pools_mutex);
     driver.current_pools[driver.physical(dev)] = pool;
     return CUDA_SUCCESS;
+  });
+}
+
+// Graph memory pool of a device (see mem_pool.h).
+extern "C" CUresult fakecuda_impl_cuDeviceGraphMemTrim(CUdevice device) {
+  return with_driver([&](Driver& driver) {
+    if (!driver.valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+    graph_memory()->trim(driver, driver.physical(device));
+    return CUDA_SUCCESS;
+  });
+}
+
+extern "C" CUresult fakecuda_impl_cuDeviceGetGraphMemAttribute(CUdevice device,
+                                                               CUgraphMem_attribute attr,
+                                                               void* value) {
+  return with_driver([&](Driver& driver) {
+    if (!driver.valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+    return graph_memory()->get_attribute(driver.physical(device), attr, value);
+  });
+}
+
+extern "C" CUresult fakecuda_impl_cuDeviceSetGraphMemAttribute(CUdevice device,
+                                                               CUgraphMem_attribute attr,
+                                                               void* value) {
+  return with_driver([&](Driver& driver) {
+    if (!driver.valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+    return graph_memory()->set_attribute(driver.physical(device), attr, value);
   });
 }

@@ -2,19 +2,29 @@
 // _v2_ptds) and asynchronous (plain and _ptsz). Element counts and pitches follow
 // the driver API: widths in elements, pitches in bytes.
 #include "api_support.h"
+#include "capture.h"
 #include "memory_transfer.h"
+#include "stream.h"
 
 using namespace fakecuda;
 
 namespace {
 
+// The capture rules (capture.h): a synchronous set is potentially unsafe, and any set on
+// the legacy stream conflicts with a capture of a blocking stream.
+CUresult capture_check(CUstream stream, bool sync) {
+  return sync ? check_synchronous_transfer(stream) : check_stream_use(stream);
+}
+
 CUresult set_1d(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t count,
                 CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return memset_device(dst, count * element_size, value, element_size, count, 1, stream, sync);
 }
 
 CUresult set_2d(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size, size_t width,
                 size_t height, CUstream stream, bool sync) {
+  if (CUresult status = capture_check(stream, sync); status != CUDA_SUCCESS) return status;
   return memset_device(dst, pitch, value, element_size, width, height, stream, sync);
 }
 
@@ -59,7 +69,7 @@ extern "C" CUresult fakecuda_impl_cuMemsetD8Async(CUdeviceptr d, unsigned char u
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t N,
                                                        CUstream s) {
-  return set_1d(d, uc, 1, N, s, false);
+  return set_1d(d, uc, 1, N, per_thread_handle(s), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD16Async(CUdeviceptr d, unsigned short us, size_t N,
                                                    CUstream s) {
@@ -67,7 +77,7 @@ extern "C" CUresult fakecuda_impl_cuMemsetD16Async(CUdeviceptr d, unsigned short
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short us, size_t N,
                                                         CUstream s) {
-  return set_1d(d, us, 2, N, s, false);
+  return set_1d(d, us, 2, N, per_thread_handle(s), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t N,
                                                    CUstream s) {
@@ -75,7 +85,7 @@ extern "C" CUresult fakecuda_impl_cuMemsetD32Async(CUdeviceptr d, unsigned int u
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t N,
                                                         CUstream s) {
-  return set_1d(d, ui, 4, N, s, false);
+  return set_1d(d, ui, 4, N, per_thread_handle(s), false);
 }
 
 // 2D, synchronous.
@@ -123,7 +133,7 @@ extern "C" CUresult fakecuda_impl_cuMemsetD2D8Async(CUdeviceptr d, size_t p, uns
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t p, unsigned char uc,
                                                          size_t w, size_t h, CUstream s) {
-  return set_2d(d, p, uc, 1, w, h, s, false);
+  return set_2d(d, p, uc, 1, w, h, per_thread_handle(s), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short us,
                                                      size_t w, size_t h, CUstream s) {
@@ -132,7 +142,7 @@ extern "C" CUresult fakecuda_impl_cuMemsetD2D16Async(CUdeviceptr d, size_t p, un
 extern "C" CUresult fakecuda_impl_cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t p,
                                                           unsigned short us, size_t w, size_t h,
                                                           CUstream s) {
-  return set_2d(d, p, us, 2, w, h, s, false);
+  return set_2d(d, p, us, 2, w, h, per_thread_handle(s), false);
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int ui,
                                                      size_t w, size_t h, CUstream s) {
@@ -140,5 +150,5 @@ extern "C" CUresult fakecuda_impl_cuMemsetD2D32Async(CUdeviceptr d, size_t p, un
 }
 extern "C" CUresult fakecuda_impl_cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t p, unsigned int ui,
                                                           size_t w, size_t h, CUstream s) {
-  return set_2d(d, p, ui, 4, w, h, s, false);
+  return set_2d(d, p, ui, 4, w, h, per_thread_handle(s), false);
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api_support.h"
+#include "capture.h"
 #include "module.h"
 
 using namespace fakecuda;
@@ -14,6 +15,7 @@ namespace {
 CUresult load_module(CUmodule* module) {
   if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context&) {
+    if (CUresult status = check_unsafe_call(); status != CUDA_SUCCESS) return status;  // may sync
     auto loaded = std::make_shared<Module>();
     driver.handles.add(loaded);
     *module = loaded->handle();
@@ -24,6 +26,7 @@ CUresult load_module(CUmodule* module) {
 CUresult load_library(CUlibrary* library) {
   if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
+    if (CUresult status = check_unsafe_call(); status != CUDA_SUCCESS) return status;  // may sync
     auto module = std::make_shared<Module>();
     auto loaded = std::make_shared<Library>(module);
     driver.handles.add(module);

@@ -46,22 +46,18 @@ CUresult destroy_stream(CUstream hStream) {
 }
 
 CUresult synchronize_stream(CUstream hStream) {
-  return with_stream(hStream, [](Driver&, Stream& stream) {
-    if (capture_status(stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
-      invalidate_capture(stream);
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+  return with_stream(hStream, [&](Driver&, Stream& stream) {
+    CUresult status = check_stream_wait(stream, hStream);  // see capture.h
+    if (status != CUDA_SUCCESS) return status;
     stream.wait_idle();
     return stream.queue().sticky_error();
   });
 }
 
 CUresult query_stream(CUstream hStream) {
-  return with_stream(hStream, [](Driver&, Stream& stream) {
-    if (capture_status(stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
-      invalidate_capture(stream);
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+  return with_stream(hStream, [&](Driver&, Stream& stream) {
+    CUresult status = check_stream_wait(stream, hStream);
+    if (status != CUDA_SUCCESS) return status;
     CUresult sticky = stream.queue().sticky_error();
     if (sticky != CUDA_SUCCESS) return sticky;
     return stream.idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -74,6 +70,8 @@ CUresult wait_event(CUstream hStream, CUevent hEvent, unsigned flags) {
   return with_stream(hStream, [&](Driver& driver, Stream& stream) {
     std::shared_ptr<Event> event = driver.handles.get<Event>(hEvent);
     if (!event) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult legacy = check_stream_use(hStream);  // the legacy stream during a capture
+    if (legacy != CUDA_SUCCESS) return legacy;
     bool handled = false;
     CUresult status = capture_wait_event(stream, *event, handled);
     if (handled) return status;
@@ -90,15 +88,17 @@ CUresult wait_event(CUstream hStream, CUevent hEvent, unsigned flags) {
   });
 }
 
-CUresult add_callback(CUstream hStream, CUstreamCallback callback, void* user_data,
-                      unsigned flags) {
+// `reported` is the handle the application passed (the callback receives it).
+CUresult add_callback(CUstream hStream, CUstream reported, CUstreamCallback callback,
+                      void* user_data, unsigned flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   return with_stream(hStream, [&](Driver&, Stream& stream) {
+    CUresult legacy = check_stream_use(hStream);
+    if (legacy != CUDA_SUCCESS) return legacy;
     if (capture_status(stream) != CU_STREAM_CAPTURE_STATUS_NONE) {
       invalidate_capture(stream);
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
-    CUstream reported = hStream;
     stream.submit([callback, user_data, reported](WorkScope& scope) {
       scope.engine.release();
       callback(reported, scope.queue.sticky_error(), user_data);
@@ -110,6 +110,8 @@ CUresult add_callback(CUstream hStream, CUstreamCallback callback, void* user_da
 CUresult launch_host_func(CUstream hStream, CUhostFn fn, void* user_data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_stream(hStream, [&](Driver&, Stream& stream) {
+    CUresult legacy = check_stream_use(hStream);
+    if (legacy != CUDA_SUCCESS) return legacy;
     return submit_operation(stream, HostCallOp{fn, user_data});
   });
 }
@@ -173,13 +175,13 @@ extern "C" CUresult fakecuda_impl_cuStreamSynchronize(CUstream hStream) {
   return synchronize_stream(hStream);
 }
 extern "C" CUresult fakecuda_impl_cuStreamSynchronize_ptsz(CUstream hStream) {
-  return synchronize_stream(hStream);
+  return synchronize_stream(per_thread_handle(hStream));
 }
 extern "C" CUresult fakecuda_impl_cuStreamQuery(CUstream hStream) {
   return query_stream(hStream);
 }
 extern "C" CUresult fakecuda_impl_cuStreamQuery_ptsz(CUstream hStream) {
-  return query_stream(hStream);
+  return query_stream(per_thread_handle(hStream));
 }
 extern "C" CUresult fakecuda_impl_cuStreamWaitEvent(CUstream hStream, CUevent hEvent,
                                                     unsigned int Flags) {
@@ -187,7 +189,7 @@ extern "C" CUresult fakecuda_impl_cuStreamWaitEvent(CUstream hStream, CUevent hE
 }
 extern "C" CUresult fakecuda_impl_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent,
                                                          unsigned int Flags) {
-  return wait_event(hStream, hEvent, Flags);
+  return wait_event(per_thread_handle(hStream), hEvent, Flags);
 }
 extern "C" CUresult fakecuda_impl_cuStreamGetPriority(CUstream hStream, int* priority) {
   return stream_priority(hStream, priority);
@@ -231,17 +233,17 @@ extern "C" CUresult fakecuda_impl_cuStreamGetDevice_ptsz(CUstream hStream, CUdev
 }
 extern "C" CUresult fakecuda_impl_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback,
                                                       void* userData, unsigned int flags) {
-  return add_callback(hStream, callback, userData, flags);
+  return add_callback(hStream, hStream, callback, userData, flags);
 }
 extern "C" CUresult fakecuda_impl_cuStreamAddCallback_ptsz(CUstream hStream,
                                                            CUstreamCallback callback,
                                                            void* userData, unsigned int flags) {
-  return add_callback(hStream, callback, userData, flags);
+  return add_callback(per_thread_handle(hStream), hStream, callback, userData, flags);
 }
 extern "C" CUresult fakecuda_impl_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   return launch_host_func(hStream, fn, userData);
 }
 extern "C" CUresult fakecuda_impl_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn,
                                                         void* userData) {
-  return launch_host_func(hStream, fn, userData);
+  return launch_host_func(per_thread_handle(hStream), fn, userData);
 }

@@ -99,6 +99,11 @@ void drain_all_contexts(Driver& driver) {
 
 CUresult free_device_memory(Driver& driver, CUdeviceptr pointer) {
   if (pointer == 0) return CUDA_SUCCESS;
+  // A graph allocation the graph did not free goes back to the graph memory pool.
+  if (std::shared_ptr<GraphAllocation> graph = graph_memory()->find(pointer)) {
+    drain_all_contexts(driver);
+    return graph_memory()->free_now(graph);
+  }
   std::optional<Allocation> found = driver.allocations.find(pointer);
   if (!found || found->base != pointer ||
       (found->kind != MemoryKind::Device && found->kind != MemoryKind::Managed)) {

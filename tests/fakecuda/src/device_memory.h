@@ -32,6 +32,8 @@ void release_allocation(Driver& driver, const Allocation& allocation);
 
 // cuMemFree: waits for in-flight work of this process (it may still use the memory),
 // then frees. CUDA_ERROR_INVALID_VALUE for anything that is not a device allocation.
+// A graph allocation still allocated after its graph's launch goes back to the graph
+// memory pool (mem_pool.h).
 CUresult free_device_memory(Driver& driver, CUdeviceptr pointer);
 CUresult free_host_memory(Driver& driver, void* pointer);
 

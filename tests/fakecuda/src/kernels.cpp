@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "allocation_registry.h"
+#include "graph.h"
 #include "operations.h"
 #include "stream_queue.h"
 
@@ -68,11 +69,40 @@ void add_kernel(const KernelArgs& args, WorkScope& scope) {
 
 void empty_kernel(const KernelArgs&, WorkScope&) {}
 
-const std::array<KernelDef, 4> kKernels{{
+// cudaGraphSetConditional(handle, value) from a kernel of the graph using the handle.
+// Outside a launch of such a graph the handle means nothing: an illegal access.
+void set_condition_kernel(const KernelArgs& args, WorkScope& scope) {
+  auto handle = args.get<uint64_t>(0);
+  auto value = args.get<uint32_t>(8);
+  if (!set_graph_condition(handle, value)) scope.queue.fail(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+// Decrements the uint32 at `counter` (unless 0) and sets the condition to counter != 0:
+// the body of a WHILE node that runs as many times as the counter says.
+void countdown_condition_kernel(const KernelArgs& args, WorkScope& scope) {
+  auto handle = args.get<uint64_t>(0);
+  auto counter = args.get<CUdeviceptr>(8);
+  if (!device_range_ok(scope, counter, 1, sizeof(uint32_t))) {
+    scope.queue.fail(CUDA_ERROR_ILLEGAL_ADDRESS);
+    return;
+  }
+  uint32_t remaining = 0;
+  scope.engine.run_at_least(transfer_time_ns(sizeof(uint32_t)), [&] {
+    auto* value = reinterpret_cast<uint32_t*>(counter);
+    if (*value != 0) --*value;
+    remaining = *value;
+  });
+  if (!set_graph_condition(handle, remaining != 0 ? 1 : 0))
+    scope.queue.fail(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+const std::array<KernelDef, 6> kKernels{{
     {"fracgpu_fake_spin", 1, {4}, spin_kernel},
     {"fracgpu_fake_fill", 3, {8, 4, 8}, fill_kernel},
     {"fracgpu_fake_add", 4, {8, 8, 8, 8}, add_kernel},
     {"fracgpu_fake_empty", 0, {}, empty_kernel},
+    {"fracgpu_fake_set_condition", 2, {8, 4}, set_condition_kernel},
+    {"fracgpu_fake_countdown_condition", 2, {8, 8}, countdown_condition_kernel},
 }};
 
 CUresult gather_from_buffer(const KernelDef& kernel, void** extra, KernelArgs& out) {

@@ -4,6 +4,10 @@
 //   fracgpu_fake_fill  (CUdeviceptr dst, uint32_t value, uint64_t count)
 //   fracgpu_fake_add   (CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, uint64_t n)  float32
 //   fracgpu_fake_empty ()                                      ~0 time, for launch rates
+//   fracgpu_fake_set_condition (uint64_t handle, uint32_t value)
+//                      cudaGraphSetConditional: sets a conditional node's handle (graph.h)
+//   fracgpu_fake_countdown_condition (uint64_t handle, CUdeviceptr counter)
+//                      decrements the uint32 *counter (if not 0), sets the handle to *counter != 0
 // Arguments are copied at launch (the caller may reuse its parameter storage at once),
 // from kernelParams or from an `extra` CU_LAUNCH_PARAM_BUFFER_POINTER buffer.
 #pragma once

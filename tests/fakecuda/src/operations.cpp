@@ -80,6 +80,10 @@ CUgraphNodeType node_type(const Operation& op) {
                         [](const MemsetOp&) { return CU_GRAPH_NODE_TYPE_MEMSET; },
                         [](const MemcpyOp&) { return CU_GRAPH_NODE_TYPE_MEMCPY; },
                         [](const HostCallOp&) { return CU_GRAPH_NODE_TYPE_HOST; },
+                        [](const MemAllocOp&) { return CU_GRAPH_NODE_TYPE_MEM_ALLOC; },
+                        [](const MemFreeOp&) { return CU_GRAPH_NODE_TYPE_MEM_FREE; },
+                        [](const ChildGraphOp&) { return CU_GRAPH_NODE_TYPE_GRAPH; },
+                        [](const ConditionalOp&) { return CU_GRAPH_NODE_TYPE_CONDITIONAL; },
                     },
                     op);
 }
@@ -95,6 +99,13 @@ void execute_operation(const Operation& op, WorkScope& scope) {
             scope.engine.release();  // the device is idle while the host function runs
             call.fn(call.user_data);
           },
+          // Graph memory is mapped at launch and freed by bookkeeping at launch and
+          // completion (mem_pool.h); child graphs and conditionals are expanded at
+          // instantiation (graph.h), so these nodes do nothing when they are reached.
+          [](const MemAllocOp&) {},
+          [](const MemFreeOp&) {},
+          [](const ChildGraphOp&) {},
+          [](const ConditionalOp&) {},
       },
       op);
 }

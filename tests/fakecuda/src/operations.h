@@ -2,6 +2,9 @@
 // graph: kernel launches, memsets, copies, host function calls and empty nodes. The
 // same value is executed by the executor for a direct submission and for each node of
 // a launched graph, so captured and replayed work behaves exactly like direct work.
+// Graph-only nodes are values too: memory allocation/free nodes (their memory is
+// managed at launch by the graph memory pool, see mem_pool.h), child graphs and
+// conditional nodes (expanded when a graph is instantiated, see graph.h).
 #pragma once
 
 #include <cuda.h>
@@ -14,7 +17,10 @@
 
 namespace fakecuda {
 
+class Graph;
+class GraphAllocation;
 class Stream;
+struct ConditionalHandleState;
 struct WorkScope;
 
 struct KernelLaunch {
@@ -53,7 +59,33 @@ struct HostCallOp {
 
 struct EmptyOp {};
 
-using Operation = std::variant<EmptyOp, KernelLaunch, MemsetOp, MemcpyOp, HostCallOp>;
+// Graph memory allocation node: its range is fixed when the node is created.
+struct MemAllocOp {
+  std::shared_ptr<GraphAllocation> allocation;
+  CUmemPoolProps pool_props{};
+  std::shared_ptr<const std::vector<CUmemAccessDesc>> access;  // as given (GetParams)
+};
+
+// Graph memory free node (of this graph's or another graph's allocation).
+struct MemFreeOp {
+  std::shared_ptr<GraphAllocation> allocation;
+};
+
+// Child graph node: the node owns `graph` (a clone, or the moved original).
+struct ChildGraphOp {
+  std::shared_ptr<Graph> graph;
+};
+
+// Conditional node (IF / WHILE / SWITCH) with its driver-created body graphs.
+struct ConditionalOp {
+  std::shared_ptr<ConditionalHandleState> handle;
+  CUgraphConditionalNodeType type = CU_GRAPH_COND_TYPE_IF;
+  std::vector<std::shared_ptr<Graph>> bodies;
+  std::shared_ptr<std::vector<CUgraph>> body_handles;  // the array phGraph_out points to
+};
+
+using Operation = std::variant<EmptyOp, KernelLaunch, MemsetOp, MemcpyOp, HostCallOp, MemAllocOp,
+                               MemFreeOp, ChildGraphOp, ConditionalOp>;
 
 CUgraphNodeType node_type(const Operation& op);
 

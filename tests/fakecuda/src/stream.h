@@ -64,4 +64,10 @@ CUresult resolve_stream(CUstream handle, std::shared_ptr<Stream>& out);
 // True if `handle` names the default stream of some context (capture is refused there).
 bool is_default_stream_handle(CUstream handle);
 
+// The handle a _ptsz/_ptds entry point means: NULL there is the per-thread default
+// stream, not the legacy one (the capture rules tell them apart).
+inline CUstream per_thread_handle(CUstream handle) {
+  return handle == nullptr ? CU_STREAM_PER_THREAD : handle;
+}
+
 }  // namespace fakecuda

@@ -12,6 +12,8 @@
 namespace fakecuda_test {
 namespace {
 
+const char kImage[] = "not a real cubin";
+
 std::atomic<int> g_test_counter{0};
 
 std::string unique_segment_name() {
@@ -77,6 +79,8 @@ void FakeDeviceTest::SetUp() {
   ASSERT_CU(cu.cuInit(0));
   ASSERT_CU(cu.cuDevicePrimaryCtxRetain(&context, 0));
   ASSERT_CU(cu.cuCtxSetCurrent(context));
+  // Loaded up front: loading a module is potentially unsafe during a stream capture.
+  ASSERT_CU(cu.cuModuleLoadData(&module, kImage));
 }
 
 void FakeDeviceTest::TearDown() {
@@ -89,7 +93,6 @@ void FakeDeviceTest::TearDown() {
 }
 
 CUfunction FakeDeviceTest::kernel(const char* name) {
-  static const char kImage[] = "not a real cubin";
   if (module == nullptr) {
     EXPECT_EQ(cu.cuModuleLoadData(&module, kImage), CUDA_SUCCESS);
   }
