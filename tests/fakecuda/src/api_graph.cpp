@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "api_support.h"
+#include "capture.h"
 #include "graph.h"
 #include "module.h"
 #include "stream.h"
@@ -456,10 +457,14 @@ extern "C" CUresult fakecuda_impl_cuGraphExecGetFlags(CUgraphExec hGraphExec, cu
   });
 }
 
+// The legacy stream while a blocking stream captures is refused (and invalidates that
+// capture) like any other use of it (capture.h).
 extern "C" CUresult fakecuda_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  if (CUresult legacy = check_stream_use(hStream); legacy != CUDA_SUCCESS) return legacy;
   return launch(hGraphExec, hStream);
 }
 extern "C" CUresult fakecuda_impl_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS) return legacy;
   return launch(hGraphExec, hStream);
 }
 

@@ -116,10 +116,12 @@ CUresult with_pool(CUmemoryPool handle, Body&& body) {
 
 extern "C" CUresult fakecuda_impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
                                                   CUstream hStream) {
+  if (CUresult legacy = check_stream_use(hStream); legacy != CUDA_SUCCESS) return legacy;
   return alloc_async(dptr, bytesize, nullptr, hStream);
 }
 extern "C" CUresult fakecuda_impl_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                        CUstream hStream) {
+  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS) return legacy;
   return alloc_async(dptr, bytesize, nullptr, hStream);
 }
 extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,

@@ -471,6 +471,12 @@ TEST_F(CaptureRulesTest, LegacyStreamUseWhileABlockingStreamCapturesIsImplicit) 
       {"cuStreamSynchronize(NULL)", [&] { return cu.cuStreamSynchronize(nullptr); }},
       {"cuStreamQuery(CU_STREAM_LEGACY)", [&] { return cu.cuStreamQuery(CU_STREAM_LEGACY); }},
       {"synchronous cuMemcpyHtoD", [&] { return cu.cuMemcpyHtoD_v2(buffer, host, 16); }},
+      {"cuMemAllocAsync on NULL",
+       [&] {
+         CUdeviceptr p = 0;
+         return cu.cuMemAllocAsync(&p, 256, nullptr);
+       }},
+      {"cuGraphLaunch on NULL", [&] { return cu.cuGraphLaunch(nullptr, nullptr); }},
   };
   set_mode(kRelaxed);  // these conflict in every mode
   for (const NamedCall& use : legacy_uses) {
