@@ -4,6 +4,8 @@
 // weaker orders to matter.
 #include "ledger_ops.h"
 
+#include "fracgpu/ledger_protocol.h"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -23,13 +25,6 @@ void free_slot(ProcessSlot& s) {
   s.start_time.store(0);
   s.op_seq.store(0);
   s.state.store(static_cast<uint32_t>(SlotState::kFree));
-}
-
-// Never wraps below zero: a wrapped counter would refuse every allocation of the tenant.
-void saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes) {
-  uint64_t current = counter.load();
-  while (!counter.compare_exchange_weak(current, current > bytes ? current - bytes : 0)) {
-  }
 }
 
 // One past the last slot in use. Slot states change only in the broker, so the bound is
@@ -172,42 +167,11 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
 }
 
 bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes) {
-  ProcessSlot& s = ledger.processes[slot];
-  DeviceUsage& usage = ledger.devices[device];
-  const DeviceQuota& q = quota.devices[device];
-  s.op_seq.fetch_add(1);            // odd: inside an operation
-  s.used[device].fetch_add(bytes);  // slot first: it must never under-state
-  uint64_t u = usage.used.load();
-  bool ok = true;
-  for (;;) {
-    const uint64_t grant = q.memory_grant.load();
-    if (u > grant || bytes > grant - u) {
-      s.used[device].fetch_sub(bytes);
-      ok = false;
-      break;
-    }
-    if (usage.used.compare_exchange_weak(u, u + bytes)) break;
-  }
-  if (ok && u + bytes > q.memory_grant.load()) {  // the broker lowered the grant meanwhile
-    usage.used.fetch_sub(bytes);
-    s.used[device].fetch_sub(bytes);
-    ok = false;
-  }
-  if (ok) {
-    uint64_t peak = usage.peak.load();
-    while (peak < u + bytes && !usage.peak.compare_exchange_weak(peak, u + bytes)) {
-    }
-  }
-  s.op_seq.fetch_add(1);  // even again
-  return ok;
+  return ledger_protocol::try_reserve(quota, ledger, slot, device, bytes) == ReserveOutcome::kReserved;
 }
 
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
-  ProcessSlot& s = ledger.processes[slot];
-  s.op_seq.fetch_add(1);
-  ledger.devices[device].used.fetch_sub(bytes);  // counter first, slot second
-  s.used[device].fetch_sub(bytes);
-  s.op_seq.fetch_add(1);
+  ledger_protocol::release(ledger, slot, device, bytes);
 }
 
 void lower_grant(DeviceQuota& quota, DeviceUsage& usage, uint64_t target) {

@@ -1,8 +1,9 @@
 // Operations on a tenant's shared ledger that follow the rules in tenant_segment.h:
 // process slots (claim, find, mark dead), the reclaim after a process dies,
 // and the grant adjustments that must tolerate processes racing on the counters.
-// reserve()/release() are the reference implementation of the shim's fast path; the
-// broker never calls them, the tests and tools use them to play a tenant process.
+// reserve()/release() are the shim's own fast path (fracgpu/ledger_protocol.h, one
+// implementation); the broker never calls them, the tests and tools use them to play a
+// tenant process.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +41,8 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts);
 // which no live slot was inside an operation and no slot's op_seq moved.
 bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts);
 
-// Shim fast path (reference): reserve `bytes` on `device` for the process in `slot`,
-// bracketed by op_seq like the shim's.
+// The shim's fast path (fracgpu/ledger_protocol.h): reserve `bytes` on `device` for the
+// process in `slot` within its grant; false when refused.
 bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes);
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes);
 

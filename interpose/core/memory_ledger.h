@@ -1,6 +1,7 @@
 // MemoryLedger: the allocation fast path. Reserves and releases device memory for one
 // process of a tenant against the tenant's shared counters (TenantLedger) and caps
-// (TenantQuota, read-only), following the rules in fracgpu/tenant_segment.h. A
+// (TenantQuota, read-only), through the contract's one implementation of the protocol
+// (fracgpu/ledger_protocol.h; rules in fracgpu/tenant_segment.h). A
 // reservation within the tenant's current grant is one compare-and-swap on the
 // tenant's counter plus two uncontended atomics on the process's own slot: no syscall,
 // no lock, no driver call. Beyond the grant the caller asks the broker for burst
@@ -9,15 +10,10 @@
 
 #include <cstdint>
 
+#include "fracgpu/ledger_protocol.h"
 #include "fracgpu/tenant_segment.h"
 
 namespace fracgpu {
-
-enum class ReserveOutcome {
-  kReserved,   // counted; the caller may allocate
-  kOverGrant,  // within the limit but beyond the grant: ask the broker for burst
-  kOverLimit,  // would exceed the tenant's hard cap: out of memory
-};
 
 class MemoryLedger {
  public:
@@ -41,17 +37,9 @@ class MemoryLedger {
   uint64_t process_used(uint32_t device) const;
 
  private:
-  std::atomic<uint64_t>& slot_counter(uint32_t device) {
-    return ledger_->processes[slot_].used[device];
-  }
-
   const TenantQuota* quota_ = nullptr;
   TenantLedger* ledger_ = nullptr;
   uint32_t slot_ = 0;
 };
-
-// Subtracts without wrapping below zero (a corrupted or reconciled counter must never
-// turn into 2^64 and refuse every allocation). Returns the new value.
-uint64_t saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes);
 
 }  // namespace fracgpu
