@@ -14,7 +14,7 @@
 #include <string>
 
 #include "bench_tenant_broker.h"
-#include "memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace {
 

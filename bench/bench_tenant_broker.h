@@ -1,6 +1,7 @@
 // For benchmarks that measure the shim as a member of a tenant, on a simulated GPU of
-// their own: TenantBroker starts a private fracgpu-broker with one tenant (created
-// through the real CLI, FRACGPU_SOCKET pointed at it, everything removed at exit), and
+// their own: TenantBroker starts a private fracgpu-broker (the client library's launcher,
+// client/broker_launcher.h) with one tenant (created through the real CLI, FRACGPU_SOCKET
+// pointed at it, everything removed at exit), and
 // ShimInTenant loads the simulated driver and the shim side by side in this process and
 // makes the shim register with that tenant (cuInit, primary context current). Expects
 // FRACGPU_BROKER, FRACGPU_CLI, FRACGPU_FAKECUDA_DIR and FRACGPU_SHIM_PATH.
@@ -8,10 +9,7 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,9 +17,9 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 
-extern char** environ;
+#include "client/broker_launcher.h"
+#include "client/run_paths.h"
 
 namespace fracgpu::bench {
 
@@ -36,23 +34,21 @@ class TenantBroker {
   // `label` names the run directory; `memory` is the tenant's cap (e.g. "8GiB").
   TenantBroker(const std::string& label, const std::string& memory)
       : dir_("/tmp/fracgpu-" + label + "-" + std::to_string(getpid())) {
-    const std::string run = dir_ + "/run", state = dir_ + "/state";
-    const std::string driver = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
-    const char* argv[] = {FRACGPU_BROKER, "--run-dir", run.c_str(), "--state-dir", state.c_str(), "--driver",
-                          driver.c_str(), "--context-footprint", "auto", "--log-level", "warn", nullptr};
-    if (posix_spawn(&pid_, FRACGPU_BROKER, nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
-      fail("cannot start the broker");
+    const std::string run = dir_ + "/run";
+    client::BrokerLaunch launch;
+    launch.program = {FRACGPU_BROKER};
+    launch.run_dir = run;
+    launch.state_dir = dir_ + "/state";
+    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto", "--log-level",
+                   "warn"};
+    if (auto started = broker_.start(launch); !started) fail(started.error());
     const std::string create = std::string(FRACGPU_CLI) + " --run-dir " + run + " tenant create bench --memory " +
                                memory + " --gpu 0 > /dev/null";
-    for (int i = 0; std::system(create.c_str()) != 0; ++i) {
-      if (i > 100) fail("cannot create the tenant");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    setenv("FRACGPU_SOCKET", (run + "/tenants/bench/broker.sock").c_str(), 1);
+    if (std::system(create.c_str()) != 0) fail("cannot create the tenant");
+    setenv("FRACGPU_SOCKET", client::tenant_socket_path(run, "bench").c_str(), 1);
   }
   ~TenantBroker() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
+    broker_.stop();
     std::system(("rm -rf " + dir_).c_str());
   }
   TenantBroker(const TenantBroker&) = delete;
@@ -60,7 +56,7 @@ class TenantBroker {
 
  private:
   std::string dir_;
-  pid_t pid_ = -1;
+  client::BrokerProcess broker_;
 };
 
 class ShimInTenant {

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "bench_tenant_broker.h"
-#include "grant_gate.h"
-#include "inflight_limiter.h"
+#include "core/grant_gate.h"
+#include "core/inflight_limiter.h"
 
 namespace {
 

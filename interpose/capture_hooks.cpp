@@ -1,48 +1,37 @@
-// Bodies of the stream-capture and executable-graph hooks. Begin/end capture keep the
-// process's count of open captures (core/capture_tracker.h), which is what lets the
-// drainer and the in-flight limiter stay out of an application's capture. Instantiate,
-// upload, destroy and trim keep the graph-memory charge (graph_memory.h); launches are
-// gated hooks (launch_hooks.h). Cost: begin/end pay a mutex and one capture query;
+// Bodies of the stream-capture and executable-graph hooks, each one call into the core.
+// Begin/end capture keep the process's count of open captures (core/capture_tracker.h),
+// which is what lets the drainer and the in-flight limiter stay out of an application's
+// capture. Instantiate, upload, destroy and trim keep the graph-memory charge
+// (core/graph_memory.h); launches are gated hooks (launch_hooks.h). Without a tenant each
+// body is a plain forward. Cost: begin/end pay a mutex and one capture query;
 // instantiate walks the graph's nodes once; nothing here is on a launch path.
-#include "core/capture_tracker.h"
-#include "graph_memory.h"
 #include "hook_bodies.h"
-#include "memory_policy.h"
 
 namespace fracgpu::shim {
 namespace {
 
-// The per-thread default stream is a stream of its own for the _ptsz variants.
-CUstream named_stream(CUstream stream, bool per_thread) noexcept {
-  return (stream == nullptr && per_thread) ? CU_STREAM_PER_THREAD : stream;
-}
-
 template <typename Call>
 CUresult begin_capture(Call&& call) noexcept {
-  if (MemoryPolicy::active() == nullptr) return call();
-  return CaptureTracker::process().begin(call);
+  TenantPolicies* t = tenant();
+  return t ? t->captures.begin(call) : call();
 }
 
 template <typename Call>
 CUresult end_capture(CUstream stream, bool per_thread, Call&& call) noexcept {
-  if (MemoryPolicy::active() == nullptr) return call();
-  return CaptureTracker::process().end(named_stream(stream, per_thread), call);
+  TenantPolicies* t = tenant();
+  return t ? t->captures.end(explicit_stream(stream, per_thread), call) : call();
 }
 
 template <typename Call>
 CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) noexcept {
-  const CUresult rc = call();
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc == CUDA_SUCCESS && policy != nullptr && exec != nullptr)
-    GraphMemory::instance().instantiated(*policy, *exec, graph);
-  return rc;
+  TenantPolicies* t = tenant();
+  return t ? t->graphs.instantiate(exec, graph, call) : call();
 }
 
 template <typename Call>
 CUresult upload(CUgraphExec exec, Call&& call) noexcept {
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (policy == nullptr) return call();
-  return GraphMemory::instance().launch(*policy, exec, call);
+  TenantPolicies* t = tenant();
+  return t ? t->graphs.launch(exec, call) : call();
 }
 
 }  // namespace
@@ -122,10 +111,8 @@ CUresult HookBody<HookId::cuGraphInstantiateWithParams_ptsz>::call(
 }
 
 CUresult HookBody<HookId::cuGraphExecDestroy>::call(PFN_cuGraphExecDestroy_v10000 real, CUgraphExec exec) noexcept {
-  const CUresult rc = real(exec);
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc == CUDA_SUCCESS && policy != nullptr) GraphMemory::instance().destroyed(*policy, exec);
-  return rc;
+  TenantPolicies* t = tenant();
+  return t ? t->graphs.destroy(exec, [&] { return real(exec); }) : real(exec);
 }
 
 CUresult HookBody<HookId::cuGraphUpload>::call(PFN_cuGraphUpload_v11010 real, CUgraphExec exec,
@@ -140,10 +127,8 @@ CUresult HookBody<HookId::cuGraphUpload_ptsz>::call(PFN_cuGraphUpload_v11010_pts
 
 CUresult HookBody<HookId::cuDeviceGraphMemTrim>::call(PFN_cuDeviceGraphMemTrim_v11040 real,
                                                       CUdevice device) noexcept {
-  const CUresult rc = real(device);
-  MemoryPolicy* policy = MemoryPolicy::active();
-  if (rc == CUDA_SUCCESS && policy != nullptr) GraphMemory::instance().trimmed(*policy, device);
-  return rc;
+  TenantPolicies* t = tenant();
+  return t ? t->graphs.trim(device, [&] { return real(device); }) : real(device);
 }
 
 }  // namespace fracgpu::shim

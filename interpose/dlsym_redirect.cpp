@@ -1,7 +1,7 @@
 // The dlsym route into NVML. Programs such as nvidia-smi dlopen libnvidia-ml.so.1 and
 // look functions up on that handle, which never reaches the shim's exported NVML
 // functions. The exported dlsym (a trampoline in exports_x86_64.S) asks this function
-// first: for the few NVML names the shim answers (nvml_hooks.def) it returns our
+// first: for the few NVML names the shim answers (tables/nvml_hooks.def) it returns our
 // wrapper; for everything else null, and the trampoline tail-jumps to glibc's dlsym
 // so that RTLD_NEXT still resolves relative to the real caller. Cost for other
 // lookups: one four-byte compare.

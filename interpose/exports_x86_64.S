@@ -1,8 +1,8 @@
 /* The shim's exported symbols, x86-64 System V.
  *
- * Hooked functions (hooks.def): `jmp *fracgpu_hook_target_<name>` — one indirect jump
+ * Hooked functions (tables/hooks.def): `jmp *fracgpu_hook_target_<name>` — one indirect jump
  * into the typed C++ wrapper.
- * Every other public driver function (driver_exports.def): a forwarder that jumps
+ * Every other public driver function (tables/driver_exports.def): a forwarder that jumps
  * through a slot holding the real driver's function. The slot is filled on first call
  * by fracgpu_resolve_forwarder, with every argument register saved around it, so
  * forwarders work for any signature without being typed anywhere.
@@ -14,12 +14,12 @@
 
     .text
 
-#define FRACGPU_HOOK(symbol, base, version, pt) \
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) \
     .globl symbol; .type symbol, @function; .p2align 4; \
 symbol: \
     jmp *fracgpu_hook_target_##symbol(%rip); \
     .size symbol, .-symbol;
-#include "hooks.def"
+#include "tables/hooks.def"
 #undef FRACGPU_HOOK
 
 /* A forwarder is emitted only for names that no hook above defined. */
@@ -41,7 +41,7 @@ fracgpu_fwd_slot_##name: .quad 0; .quad fracgpu_fwd_name_##name; \
 fracgpu_fwd_name_##name: .asciz FRACGPU_STR(name); \
     .popsection; \
     .endif;
-#include "driver_exports.def"
+#include "tables/driver_exports.def"
 #undef FRACGPU_DRIVER_SYMBOL
 
 /* Slow path of a forwarder: %r11 = &slot. Saves the six integer argument registers,

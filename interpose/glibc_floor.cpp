@@ -7,7 +7,8 @@
 // glibc has in libdl.so.2/libpthread.so.0, hence those DT_NEEDED entries, and new glibc
 // keeps in libc.so.6); the few that old glibc lacks are reimplemented on system calls or
 // dl_iterate_phdr. tools/check_shim_abi.sh (ctest shim_glibc_floor) fails when a newer
-// version creeps back in.
+// version creeps back in. Nothing here is on a hot path: the dl*/pthread_* forwards add
+// one direct call to calls made at initialisation, stat/fstat one system call each.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
@@ -21,13 +22,12 @@
 #include <cstdint>
 #include <cstdlib>
 
-#if defined(__x86_64__)
-#define FRACGPU_GLIBC_OLDEST "GLIBC_2.2.5"
-#elif defined(__aarch64__)
-#define FRACGPU_GLIBC_OLDEST "GLIBC_2.17"
-#else
-#error "glibc_floor.cpp: name this architecture's oldest glibc symbol version"
+// The shim is built for x86_64 only (its trampolines are x86-64 assembly; CMake refuses
+// other targets): GLIBC_2.2.5 is x86_64's oldest symbol version.
+#if !defined(__x86_64__)
+#error "libfracgpu.so is x86_64-only (exports_x86_64.S, and GLIBC_2.2.5 below)"
 #endif
+#define FRACGPU_GLIBC_OLDEST "GLIBC_2.2.5"
 
 #define FRACGPU_HIDDEN __attribute__((visibility("hidden")))
 
@@ -67,7 +67,7 @@ FRACGPU_OLDEST_VERSION_OF(int, __pthread_key_create,
 #if __GLIBC_PREREQ(2, 33)
 // stat/fstat became functions in 2.33 (before, header inlines called __xstat/__fxstat).
 // Here they are the system calls behind them; glibc's struct stat is the kernel's on
-// x86_64 and aarch64.
+// x86_64.
 extern "C" FRACGPU_HIDDEN int stat(const char* path, struct stat* out) noexcept {
   return static_cast<int>(syscall(SYS_newfstatat, AT_FDCWD, path, out, 0));
 }

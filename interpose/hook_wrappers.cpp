@@ -1,4 +1,4 @@
-// The wrappers: one typed function per row of hooks.def, generated from the row's
+// The wrappers: one typed function per row of tables/hooks.def, generated from the row's
 // PFN_ typedef (cudaTypedefs.h), and the hidden pointer each exported trampoline in
 // exports_x86_64.S jumps through. A wrapper is the whole fast path of a hooked call:
 // initialisation check (one acquire load), optional counter (one relaxed load), the
@@ -44,12 +44,12 @@ struct Wrapper<Id, CUresult(CUDAAPI*)(Args...)> {
 
 // Targets of the exported trampolines. constinit: fixed at link time, no start-up code.
 extern "C" {
-#define FRACGPU_HOOK(symbol, base, version, pt)                                        \
+#define FRACGPU_HOOK(symbol, base, version, pt, kind)                                        \
   __attribute__((visibility("hidden"))) extern constinit PFN_##base##_v##version##pt const \
       fracgpu_hook_target_##symbol;                                                      \
   constinit PFN_##base##_v##version##pt const fracgpu_hook_target_##symbol =             \
       &fracgpu::shim::Wrapper<fracgpu::HookId::symbol, PFN_##base##_v##version##pt>::call;
-#include "hooks.def"
+#include "tables/hooks.def"
 #undef FRACGPU_HOOK
 }
 
@@ -57,8 +57,8 @@ namespace fracgpu::shim {
 
 std::array<void*, kHookCount> wrapper_addresses() noexcept {
   return {
-#define FRACGPU_HOOK(symbol, base, version, pt) reinterpret_cast<void*>(fracgpu_hook_target_##symbol),
-#include "hooks.def"
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) reinterpret_cast<void*>(fracgpu_hook_target_##symbol),
+#include "tables/hooks.def"
 #undef FRACGPU_HOOK
   };
 }

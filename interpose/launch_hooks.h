@@ -1,7 +1,9 @@
-// Bodies of the gated hooks (gated_hooks.def): ask the compute policy for the grant,
-// submit, then count the submission for the in-flight bound. Included at the end of
-// hook_bodies.h so that hook_wrappers.cpp instantiates every wrapper with it.
-// Cost while granted: see compute_policy.h (a few loads and one fetch_add).
+// Bodies of the gated hooks (the GATED rows of tables/hooks.def): ask the compute policy
+// for the grant, submit, then count the submission for the in-flight bound
+// (ComputePolicy::launch). Included at the end of hook_bodies.h so that hook_wrappers.cpp
+// instantiates every wrapper with it. The locators say where a row's stream is.
+// Cost while granted: see core/compute_policy.h (a few loads and one fetch_add), all
+// inlined here; without a tenant, one load and the real call.
 #pragma once
 
 #include <cuda.h>
@@ -9,9 +11,9 @@
 #include <cstddef>
 #include <tuple>
 
-#include "compute_policy.h"
 #include "core/hook_catalog.h"
-#include "graph_memory.h"
+#include "core/tenant_policies.h"
+#include "tables/hook_kind.h"
 
 namespace fracgpu::shim {
 
@@ -52,32 +54,30 @@ template <HookId Id, typename Locator>
 struct GatedBody {
   template <typename Real, typename... Args>
   static CUresult call(Real real, Args... args) noexcept {
-    if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
-      // A graph's memory nodes are charged when its launch makes the driver back them.
-      if (MemoryPolicy* memory = MemoryPolicy::active())
-        return GraphMemory::instance().launch(*memory, std::get<0>(std::tuple<Args...>(args...)),
-                                              [&] { return gated(real, args...); });
-    }
-    return gated(real, args...);
-  }
-
-  template <typename Real, typename... Args>
-  static CUresult gated(Real real, Args... args) noexcept {
-    ComputePolicy* policy = ComputePolicy::active();
-    if (policy == nullptr) return real(args...);
+    TenantPolicies* policies = tenant();
+    if (policies == nullptr) return real(args...);
     constexpr bool per_thread = hook_info(Id).per_thread_stream;
     const CUstream stream = Locator::get(args...);
-    const int index = policy->before_launch(stream, per_thread);
-    const CUresult rc = real(args...);
-    if constexpr (Locator::kFenced) policy->after_launch(index, stream, per_thread, rc);
-    return rc;
+    auto submit = [&] { return real(args...); };
+    if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
+      return policies->launch_graph<Locator::kFenced>(std::get<0>(std::tuple<Args...>(args...)), stream, per_thread,
+                                                       submit);
+    } else {
+      return policies->compute.launch<Locator::kFenced>(stream, per_thread, submit);
+    }
   }
 };
 
-#define FRACGPU_GATED(symbol, locator) \
-  template <>                          \
+#define FRACGPU_GATED_FORWARD(symbol, pfn, locator)
+#define FRACGPU_GATED_BODY(symbol, pfn, locator)
+#define FRACGPU_GATED_GATED(symbol, pfn, locator) \
+  template <>                                     \
   struct HookBody<HookId::symbol> : GatedBody<HookId::symbol, locator> {};
-#include "gated_hooks.def"
-#undef FRACGPU_GATED
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) FRACGPU_HOOK_KIND(FRACGPU_GATED, symbol, -, kind)
+#include "tables/hooks.def"
+#undef FRACGPU_HOOK
+#undef FRACGPU_GATED_FORWARD
+#undef FRACGPU_GATED_BODY
+#undef FRACGPU_GATED_GATED
 
 }  // namespace fracgpu::shim

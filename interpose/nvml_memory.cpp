@@ -4,35 +4,53 @@
 // slice it was given. Processes outside any tenant get NVML's own answer unchanged.
 // The real NVML function comes from the handle the program looked it up in (dlsym
 // redirect) or, for programs linked against NVML, from the next library after the shim.
+// The hooked functions are the rows of tables/nvml_hooks.def. Cost per query: one UUID
+// query of the real NVML and two loads of the tenant's segments.
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
+#include <cstring>
+#include <type_traits>
 
 #include "core/tenant_view.h"
-#include "memory_policy.h"
+#include "fracgpu/paths.h"
 #include "nvml_types.h"
+#include "shim_runtime.h"
 
 extern "C" void* fracgpu_real_dlsym(void* handle, const char* name);  // dlsym_redirect.cpp
 
 namespace fracgpu::shim {
 namespace {
 
-std::atomic<void*> g_real_memory_info{nullptr};
-std::atomic<void*> g_real_memory_info_v2{nullptr};
+enum class NvmlHook : int {
+#define FRACGPU_NVML_HOOK(name, memory) name,
+#include "tables/nvml_hooks.def"
+#undef FRACGPU_NVML_HOOK
+  kCount
+};
+
+struct NvmlSlot {
+  const char* name;
+  std::atomic<void*> real{nullptr};  // the real NVML function behind our wrapper
+};
+
+NvmlSlot g_slots[] = {
+#define FRACGPU_NVML_HOOK(name, memory) {#name},
+#include "tables/nvml_hooks.def"
+#undef FRACGPU_NVML_HOOK
+};
+static_assert(sizeof(g_slots) / sizeof(g_slots[0]) == static_cast<std::size_t>(NvmlHook::kCount));
+
 std::atomic<void*> g_real_get_uuid{nullptr};
 
 // The tenant whose memory picture applies to this process, if any.
 std::optional<DeviceMemoryView> tenant_memory(const char* uuid) {
-  if (MemoryPolicy* policy = MemoryPolicy::active()) {
-    return policy->session().memory_view(uuid);
-  }
+  if (TenantSession* session = tenant_session()) return session->memory_view(uuid);
   static TenantView* view = [] {
     const char* socket = std::getenv("FRACGPU_SOCKET");
-    return TenantView::open(socket && *socket ? socket : "/run/fracgpu/broker.sock");
+    return TenantView::open(socket && *socket ? socket : paths::kDefaultTenantSocket);
   }();
   return view ? view->device(uuid) : std::nullopt;
 }
@@ -61,53 +79,51 @@ bool apply_cap(nvml::Device device, unsigned long long* total, unsigned long lon
   return true;
 }
 
-}  // namespace
-
-}  // namespace fracgpu::shim
-
-extern "C" __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(fracgpu::nvml::Device device,
-                                                                              fracgpu::nvml::Memory* memory) {
-  using namespace fracgpu;
-  auto real = shim::resolved<nvml::GetMemoryInfoFn>(shim::g_real_memory_info, "nvmlDeviceGetMemoryInfo");
+// The body of every row: the real query, then the tenant's picture over it.
+template <NvmlHook Hook, typename Memory>
+nvml::Return memory_info(nvml::Device device, Memory* memory) {
+  NvmlSlot& slot = g_slots[static_cast<int>(Hook)];
+  auto real = resolved<nvml::Return (*)(nvml::Device, Memory*)>(slot.real, slot.name);
   if (real == nullptr) return nvml::kErrorFunctionNotFound;
-  nvml::Return rc = real(device, memory);
-  if (rc == nvml::kSuccess && memory != nullptr) shim::apply_cap(device, &memory->total, &memory->free, &memory->used);
-  return rc;
-}
-
-extern "C" __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo_v2(fracgpu::nvml::Device device,
-                                                                                 fracgpu::nvml::MemoryV2* memory) {
-  using namespace fracgpu;
-  auto real = shim::resolved<nvml::GetMemoryInfoV2Fn>(shim::g_real_memory_info_v2, "nvmlDeviceGetMemoryInfo_v2");
-  if (real == nullptr) return nvml::kErrorFunctionNotFound;
-  nvml::Return rc = real(device, memory);
-  if (rc == nvml::kSuccess && memory != nullptr &&
-      shim::apply_cap(device, &memory->total, &memory->free, &memory->used)) {
-    memory->reserved = 0;  // the driver's reservation is not part of the tenant's slice
+  const nvml::Return rc = real(device, memory);
+  if (rc != nvml::kSuccess || memory == nullptr) return rc;
+  if (apply_cap(device, &memory->total, &memory->free, &memory->used)) {
+    if constexpr (std::is_same_v<Memory, nvml::MemoryV2>) {
+      memory->reserved = 0;  // the driver's reservation is not part of the tenant's slice
+    }
   }
   return rc;
 }
+
+}  // namespace
+}  // namespace fracgpu::shim
+
+#define FRACGPU_NVML_HOOK(name, memory)                                                                    \
+  extern "C" __attribute__((visibility("default"))) int name(fracgpu::nvml::Device device,                 \
+                                                             fracgpu::nvml::memory* info) {                \
+    return fracgpu::shim::memory_info<fracgpu::shim::NvmlHook::name>(device, info);                        \
+  }
+#include "tables/nvml_hooks.def"
+#undef FRACGPU_NVML_HOOK
 
 namespace fracgpu::shim {
 
 // Called by the dlsym redirect for an nvml* name: our answer for the hooked functions,
 // remembering the real one behind it; null for everything else.
 void* nvml_wrapper_for(void* handle, const char* name) {
-  std::atomic<void*>* slot = nullptr;
-  void* wrapper = nullptr;
-  if (std::strcmp(name, "nvmlDeviceGetMemoryInfo") == 0) {
-    slot = &g_real_memory_info;
-    wrapper = reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo);
-  } else if (std::strcmp(name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
-    slot = &g_real_memory_info_v2;
-    wrapper = reinterpret_cast<void*>(&nvmlDeviceGetMemoryInfo_v2);
-  } else {
-    return nullptr;
-  }
+  static void* const wrappers[] = {
+#define FRACGPU_NVML_HOOK(name, memory) reinterpret_cast<void*>(&::name),
+#include "tables/nvml_hooks.def"
+#undef FRACGPU_NVML_HOOK
+  };
+  int row = 0;
+  while (row < static_cast<int>(NvmlHook::kCount) && std::strcmp(name, g_slots[row].name) != 0) ++row;
+  if (row == static_cast<int>(NvmlHook::kCount)) return nullptr;
+  void* wrapper = wrappers[row];
   void* real = fracgpu_real_dlsym(handle, name);
   if (real == nullptr || real == wrapper) return nullptr;  // not NVML, or the handle is the shim
   void* expected = nullptr;
-  slot->compare_exchange_strong(expected, real);
+  g_slots[row].real.compare_exchange_strong(expected, real);
   if (void* uuid = fracgpu_real_dlsym(handle, "nvmlDeviceGetUUID")) {
     expected = nullptr;
     g_real_get_uuid.compare_exchange_strong(expected, uuid);

@@ -1,4 +1,6 @@
-// One-time initialisation of the shim and the exit-time hook-stats dump.
+// One-time initialisation of the shim (configuration, the real driver, the hooked
+// functions, the tenant's registration and policies) and the exit-time hook-stats dump.
+// Runs once, at the first CUDA call; afterwards tenant() and state() are one load each.
 #include "shim_runtime.h"
 
 #include <cuda.h>
@@ -9,11 +11,10 @@
 #include <mutex>
 
 #include "core/capture_tracker.h"
+#include "core/driver_calls.h"
 #include "core/hook_stats.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
-#include "compute_policy.h"
-#include "memory_policy.h"
 
 namespace fracgpu::shim {
 
@@ -34,28 +35,58 @@ void resolve_hooked_functions(void* driver) noexcept {
   }
 }
 
-// A tenant's process counts its open stream captures from the first CUDA call on, so
-// that nothing the shim does can invalidate one (core/capture_tracker.h).
-void track_captures(void* driver) noexcept {
-  CaptureOps ops;
-  resolve_capture_ops(driver, &ops);
-  CaptureTracker::process().init(ops);
-  pthread_atfork(nullptr, nullptr, [] { CaptureTracker::process().reset_after_fork(); });
+constexpr int kConnectTimeoutMs = 10000;
+
+// What a tenant's process holds for its whole life (never destroyed: usable during exit).
+struct Tenancy {
+  TenantSession session;
+  DriverCalls calls;
+  FenceOps fence_ops;
+  TenantPolicies* policies = nullptr;
+};
+Tenancy* g_tenancy = nullptr;
+
+void* driver_symbol(void* driver, const char* name) { return driver != nullptr ? dlsym(driver, name) : nullptr; }
+
+// The child of fork() keeps no broker connection, capture or drainer of its parent's.
+void tenant_after_fork_in_child() {
+  g_tenancy->session.forget_parent_after_fork();
+  CaptureTracker::process().reset_after_fork();
+  g_tenancy->policies->compute.after_fork_in_child();
 }
 
-// Registers with the tenant's broker when this process belongs to one. A configured
-// broker that cannot be reached makes the shim fail closed: CUDA answers as if no
-// driver were present, because running without the quota would break the tenant's
+// Registers with the tenant's broker when a tenant socket is configured or present, and
+// sets up the policies. A process that belongs to a tenant counts its open stream
+// captures from the first CUDA call on, so that nothing the shim does can invalidate one
+// (core/capture_tracker.h). Returns false only when a configured broker cannot be
+// reached.
+bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
+  if (!config.socket_explicit && ::access(config.socket_path.c_str(), F_OK) != 0) return true;  // no tenant here
+  auto* tenancy = new Tenancy();
+  if (!tenancy->session.attach(config.socket_path, kConnectTimeoutMs, error)) {
+    delete tenancy;
+    return false;
+  }
+  resolve_driver_calls(&driver_symbol, driver, &tenancy->calls);
+  resolve_driver_calls(&driver_symbol, driver, &tenancy->fence_ops);
+  FRACGPU_LOG(LogLevel::kInfo, "registered with tenant '%s' (slot %u)", tenancy->session.tenant().c_str(),
+              tenancy->session.slot());
+  CaptureOps capture_ops;
+  resolve_driver_calls(&driver_symbol, driver, &capture_ops);
+  CaptureTracker::process().init(capture_ops);
+  tenancy->policies = new TenantPolicies(tenancy->session, tenancy->calls, tenancy->fence_ops,
+                                         CaptureTracker::process(), tenancy->session.directory() + "/doorbell");
+  g_tenancy = tenancy;
+  pthread_atfork(nullptr, nullptr, &tenant_after_fork_in_child);
+  return true;
+}
+
+// A configured broker that cannot be reached makes the shim fail closed: CUDA answers as
+// if no driver were present, because running without the quota would break the tenant's
 // isolation promise to everyone else on the GPU.
 void join_tenant(ShimState* s, void* driver) noexcept {
   std::string error;
-  if (MemoryPolicy::start(s->config.socket_path, s->config.socket_explicit, driver, &error)) {
-    if (MemoryPolicy* memory = MemoryPolicy::active()) {
-      track_captures(driver);
-      ComputePolicy::start(*memory, driver);
-    }
-    return;
-  }
+  if (start_tenant(s->config, driver, &error)) return;
   FRACGPU_LOG(LogLevel::kError,
               "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
               "until the broker runs",
@@ -99,6 +130,9 @@ void initialize_slow() noexcept {
 }
 
 ShimState* state() noexcept { return g_state.load(std::memory_order_acquire); }
+
+TenantSession* tenant_session() noexcept { return g_tenancy != nullptr ? &g_tenancy->session : nullptr; }
+TenantPolicies* tenant() noexcept { return g_tenancy != nullptr ? g_tenancy->policies : nullptr; }
 
 }  // namespace fracgpu::shim
 

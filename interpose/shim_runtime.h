@@ -14,6 +14,8 @@
 #include "core/hook_catalog.h"
 #include "core/proc_address_resolver.h"
 #include "core/shim_config.h"
+#include "core/tenant_policies.h"
+#include "core/tenant_session.h"
 
 namespace fracgpu::shim {
 
@@ -38,6 +40,11 @@ inline void ensure_initialized() noexcept {
 
 // Null before initialisation.
 ShimState* state() noexcept;
+
+// The tenant this process belongs to: its registration and the policies every hook body
+// calls into. Null when it belongs to none (or before initialisation): bodies forward.
+TenantSession* tenant_session() noexcept;
+TenantPolicies* tenant() noexcept;
 
 // One capped warning for a driver function that cannot be called: missing from an older
 // driver, or no driver at all (none found, or closed off because the broker is gone, which

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates interpose/driver_exports.def: every public entry point of the CUDA driver,
+# Regenerates interpose/tables/driver_exports.def: every public entry point of the CUDA driver,
 # which the shim (carrying the driver's SONAME) must export. The list is the toolkit's
 # stub libcuda.so plus tools/driver-exports-beyond-stub.txt: functions the real driver
 # exports that the stub omits (OpenGL/EGL/VDPAU interop, cuMemGetAttribute, the
@@ -8,7 +8,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 stub=${1:-/usr/local/cuda/lib64/stubs/libcuda.so}
-out=$here/../interpose/driver_exports.def
+out=$here/../interpose/tables/driver_exports.def
 [ -r "$stub" ] || { echo "gen-driver-exports: cannot read $stub" >&2; exit 1; }
 tmp=$(mktemp)
 sed -n '1,/^$/p' "$out" > "$tmp"   # keep the banner comment

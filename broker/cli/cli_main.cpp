@@ -1,5 +1,5 @@
 // fracgpu: the user CLI (run, set, status, top, tenant, broker, demo). Parsing only; every command is
-// implemented in fracgpu_broker_core (cli/*). Parse errors are one line on stderr and
+// implemented in fracgpu_cli_commands (cli/*). Parse errors are one line on stderr and
 // exit status 2, before anything is contacted or started.
 #include <cstdio>
 #include <cstdlib>
@@ -13,14 +13,14 @@
 #include "cli/status_command.h"
 #include "cli/tenant_commands.h"
 #include "core/broker.h"
-#include "fracgpu/protocol.h"
+#include "fracgpu/paths.h"
 
 namespace {
 
 using namespace fracgpu;
 
 struct Commands {
-  std::string run_dir = protocol::kDefaultRunDir;
+  std::string run_dir = paths::kRunDir;
   cli::RunRequest run;
   bool status_json = false;
   broker::BrokerOptions broker;
@@ -34,19 +34,24 @@ struct Commands {
 
 void define_run(CLI::App& app, Commands& c) {
   c.run_cmd = app.add_subcommand("run", "Run a command as a tenant with a GPU memory cap and compute share");
-  cli::add_quota_flags(*c.run_cmd, c.run.quota, /*memory_required=*/true);
+  cli::add_quota_flags(*c.run_cmd, c.run.quota, cli::QuotaCommand::kRun);
   c.run_cmd->add_option("--name", c.run.name, "Tenant name (default run-<pid>)");
-  c.run_cmd->footer("Usage: fracgpu run --memory SIZE [options] [--] CMD [ARGS...]");
+  c.run_cmd->footer(
+      "Usage: fracgpu run [--memory SIZE] [options] [--] CMD [ARGS...]\n"
+      "Without --memory the command may use the GPU's memory that no other tenant is guaranteed (its\n"
+      "capacity minus the other tenants' --memory-request, counted when the tenant is created), with\n"
+      "nothing guaranteed unless --memory-request is given (for a command that wants a compute share\n"
+      "and no cap of its own).");
 }
 
 void define_tenant(CLI::App& app, Commands& c) {
   auto* tenant = app.add_subcommand("tenant", "Manage the node broker's tenants")->require_subcommand(1);
   c.create_cmd = tenant->add_subcommand("create", "Create a tenant");
   c.create_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
-  cli::add_quota_flags(*c.create_cmd, c.create_flags, true);
+  cli::add_quota_flags(*c.create_cmd, c.create_flags, cli::QuotaCommand::kCreate);
   c.update_cmd = tenant->add_subcommand("update", "Change a tenant's quota (the given flags only)");
   c.update_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
-  cli::add_quota_flags(*c.update_cmd, c.update_flags, false);
+  cli::add_quota_flags(*c.update_cmd, c.update_flags, cli::QuotaCommand::kUpdate);
   c.delete_cmd = tenant->add_subcommand("delete", "Delete a tenant");
   c.delete_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   c.list_cmd = tenant->add_subcommand("list", "List tenants");
@@ -55,7 +60,7 @@ void define_tenant(CLI::App& app, Commands& c) {
 void define_set_and_top(CLI::App& app, Commands& c) {
   c.set_cmd = app.add_subcommand("set", "Change a tenant's compute share, ceiling, priority or memory while it runs");
   c.set_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
-  cli::add_quota_flags(*c.set_cmd, c.set_flags, false);
+  cli::add_quota_flags(*c.set_cmd, c.set_flags, cli::QuotaCommand::kUpdate);
   c.set_cmd->footer(
       "Usage: fracgpu set TENANT [--compute N[%]] [--compute-limit N[%]|none] [--priority high|normal|low]\n"
       "                          [--memory SIZE] [--gpu INDEX]\n"
@@ -111,7 +116,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fracgpu: fractions of a GPU with enforced memory caps and compute shares"};
   app.require_subcommand(1);
   app.fallthrough();
-  app.add_option("--run-dir", c.run_dir, "The broker's run directory (default /run/fracgpu)")
+  app.add_option("--run-dir", c.run_dir, std::string("The broker's run directory (default ") + paths::kRunDir + ")")
       ->envname("FRACGPU_RUN_DIR");
   define_run(app, c);
   c.demo_cmd = app.add_subcommand("demo", "Show fracgpu on the simulated GPU (no NVIDIA GPU needed)");

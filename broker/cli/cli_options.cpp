@@ -1,6 +1,6 @@
 // Quota flag definitions and validation (size and percent syntax is in
 // core/quantity_parser).
-#include "cli_options.h"
+#include "cli/cli_options.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,6 +9,7 @@
 
 #include "core/quantity_parser.h"
 #include "core/tenant_spec.h"
+#include "fracgpu/protocol.h"
 
 namespace fracgpu::cli {
 namespace {
@@ -45,13 +46,15 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
     auto v = parse_size(f.memory, "--memory");
     if (!v) return Result<json>::failure(v.error());
     d["memory_limit"] = *v;
+  } else if (!partial && f.memory_defaults_to_available) {
+    d["memory_limit"] = protocol::kAvailableMemory;
   } else if (!partial) {
     return Result<json>::failure("--memory is required (e.g. --memory 8GiB)");
   }
   if (!f.memory_request.empty()) {
     auto v = parse_size_allow_zero(f.memory_request, "--memory-request");
     if (!v) return Result<json>::failure(v.error());
-    if (d.contains("memory_limit") && *v > d["memory_limit"].get<uint64_t>()) {
+    if (d.contains("memory_limit") && d["memory_limit"].is_number() && *v > d["memory_limit"].get<uint64_t>()) {
       return Result<json>::failure("--memory-request " + f.memory_request + " is larger than --memory " + f.memory);
     }
     d["memory_request"] = *v;
@@ -80,13 +83,19 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
 
 }  // namespace
 
-void add_quota_flags(CLI::App& app, QuotaFlags& f, bool memory_required) {
-  auto* memory = app.add_option("--memory", f.memory,
-                                "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824), or per device: "
-                                "0=8GiB,1=4GiB");
-  if (memory_required) memory->required();
-  app.add_option("--memory-request", f.memory_request,
-                 "Guaranteed memory per GPU (default: the cap), or per device: 0=4GiB,1=0");
+void add_quota_flags(CLI::App& app, QuotaFlags& f, QuotaCommand command) {
+  std::string memory_help = "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824), or per device: 0=8GiB,1=4GiB";
+  std::string request_help = "Guaranteed memory per GPU (default: the cap), or per device: 0=4GiB,1=0";
+  if (command == QuotaCommand::kRun) {
+    memory_help += " (default: the GPU's memory that no other tenant is guaranteed, as the broker counts it "
+                   "when the tenant is created)";
+    request_help = "Guaranteed memory per GPU (default: the cap; 0 for a GPU without --memory), or per device: "
+                   "0=4GiB,1=0";
+  }
+  auto* memory = app.add_option("--memory", f.memory, memory_help);
+  if (command == QuotaCommand::kCreate) memory->required();
+  f.memory_defaults_to_available = command == QuotaCommand::kRun;
+  app.add_option("--memory-request", f.memory_request, request_help);
   app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")->delimiter(',');
   app.add_option("--compute", f.compute,
                  "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100), or per device: 0=70,1=30");
@@ -185,8 +194,9 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
       }
     }
   }
-  // A tenant created with a per-device --memory needs a cap on each of its GPUs.
-  if (!partial && per_device[0].parsed.is_map) {
+  // A tenant created with a per-device --memory needs a cap on each of its GPUs (unless
+  // the others default to what is available).
+  if (!partial && per_device[0].parsed.is_map && !flags.memory_defaults_to_available) {
     for (unsigned g : gpus) {
       if (value_for(per_device[0].parsed, g).empty()) {
         return Result<json>::failure("--memory gives no cap for GPU " + std::to_string(g) + " (--gpu " +

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/result.h"
+#include "common/result.h"
 
 namespace CLI {
 class App;
@@ -30,10 +30,18 @@ struct QuotaFlags {
   std::string compute;
   std::string compute_limit;
   std::string priority;
+  // A GPU without a --memory value, when a tenant is created: false = refused (`tenant
+  // create`), true = its cap is the GPU's memory that no other tenant is guaranteed, as the
+  // broker counts it at admission ("memory_limit":"available"), and its request 0 unless
+  // --memory-request is given (`fracgpu run`). Updates keep the tenant's cap either way.
+  bool memory_defaults_to_available = false;
 };
 
-// Adds the flags to a subcommand; --memory is required when `memory_required`.
-void add_quota_flags(CLI::App& app, QuotaFlags& flags, bool memory_required);
+// The subcommand the flags are for: their help, whether --memory is required, and
+// QuotaFlags::memory_defaults_to_available.
+enum class QuotaCommand { kCreate, kRun, kUpdate };
+
+void add_quota_flags(CLI::App& app, QuotaFlags& flags, QuotaCommand command);
 
 // --memory, --memory-request, --compute and --compute-limit take one value for every
 // GPU of the tenant, or a per-device map "GPU=VALUE[,GPU=VALUE...]" (e.g.
@@ -47,10 +55,11 @@ struct PerDevice {
 Result<PerDevice> parse_per_device(const std::string& text, const std::string& flag);
 
 // Validated device entries, one per GPU (default GPU 0). With `partial`, only the
-// flags that were given appear (for updates); otherwise memory_limit is required.
+// flags that were given appear (for updates); otherwise memory_limit is required, or
+// "available" where flags.memory_defaults_to_available.
 // A per-device map may name only GPUs in `gpus`; when creating, a --memory map must
-// name every one of them. In an update, GPUs that no map names and no plain flag
-// changes are left out.
+// name every one of them (or the rest get "available", as above). In an update, GPUs
+// that no map names and no plain flag changes are left out.
 Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial);
 
 // The GPUs named by the per-device maps of `flags`, in first-seen order (empty if none).

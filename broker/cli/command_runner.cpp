@@ -1,7 +1,7 @@
 // fork/exec/wait for run_command. An exec failure is reported to the parent through a
 // close-on-exec pipe (errno), so "command not found" is a clear fracgpu error rather
 // than a mysterious exit status.
-#include "command_runner.h"
+#include "cli/command_runner.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>

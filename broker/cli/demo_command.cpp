@@ -7,10 +7,10 @@
 //    process launching 1 ms kernels nonstop, and the broker's measured shares are
 //    printed once a second: first all three, then with notebook stopped (its time is
 //    lent to the others at once), then after `fracgpu set inference --compute 90`.
-// Everything it uses lives in the build tree next to the fracgpu binary. Without the
-// spin client, or with a broker that does not measure compute shares, the compute part
-// is skipped with a one-line reason (the memory part still counts as the demo).
-#include "demo_command.h"
+// Everything it uses lives in the build tree next to the fracgpu binary (the simulated
+// GPU, built from fakecuda/, in <build>/fakecuda). Without the spin client the compute
+// part is skipped with a one-line reason (the memory part still counts as the demo).
+#include "cli/demo_command.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -29,13 +29,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "admin_client.h"
-#include "command_runner.h"
-#include "private_broker.h"
-#include "run_command.h"
-#include "status_command.h"
+#include "cli/command_runner.h"
+#include "cli/run_command.h"
+#include "cli/status_command.h"
+#include "client/admin_client.h"
+#include "client/private_broker.h"
+#include "client/run_paths.h"
 
 namespace fracgpu::cli {
+
+using client::AdminClient;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -85,7 +89,7 @@ Workload start_workload(const DemoPaths& paths, const fs::path& run_dir, const s
     int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, STDERR_FILENO);  // the shim's "memory cap" lines would clutter the demo
     setenv("LD_PRELOAD", paths.shim.c_str(), 1);
-    setenv("FRACGPU_SOCKET", (run_dir / "tenants" / tenant / "broker.sock").c_str(), 1);
+    setenv("FRACGPU_SOCKET", client::tenant_socket_path(run_dir, tenant).c_str(), 1);
     std::vector<std::string> argv = {program.empty() ? paths.workload.string() : program.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> c_argv;
@@ -267,8 +271,8 @@ int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
     }
     const auto& tenants = (*list)["tenants"];
     if (tenants.empty() || !tenants[0]["devices"][0].contains("compute_measured_share")) {
-      skip_compute("this broker does not report measured compute shares (no compute scheduler in this build)");
-      return 0;
+      skip_compute("the broker reports no measured compute share for the demo's tenants");
+      return kExitFailure;
     }
   }
   say("\n6. Compute: each tenant runs a process that launches 1 ms kernels nonstop. Weights:");
@@ -334,7 +338,7 @@ int run_demo() {
   setenv("FAKECUDA_MEMORY", "16GiB", 1);
   setenv("FAKECUDA_CONTEXT_FOOTPRINT", "512MiB", 1);
   setenv("FRACGPU_REAL_DRIVER", paths.fake_driver.c_str(), 1);
-  PrivateBroker broker;
+  client::PrivateBroker broker;
   if (auto started = broker.start(); !started) {
     std::fprintf(stderr, "fracgpu demo: %s\n", started.error().c_str());
     return kExitFailure;

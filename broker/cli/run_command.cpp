@@ -1,7 +1,7 @@
 // The `fracgpu run` sequence. Order matters for the "nothing started on bad input"
 // promise: flags, the shim's presence and the GPUs are all checked before the tenant
 // is created, and the tenant exists before the command starts.
-#include "run_command.h"
+#include "cli/run_command.h"
 
 #include <unistd.h>
 
@@ -12,14 +12,16 @@
 #include <memory>
 #include <optional>
 
-#include "admin_client.h"
-#include "command_runner.h"
+#include "cli/command_runner.h"
+#include "client/admin_client.h"
+#include "client/private_broker.h"
 #include "core/tenant_spec.h"
-#include "fracgpu/protocol.h"
-#include "private_broker.h"
 
 namespace fracgpu::cli {
 namespace {
+
+using client::AdminClient;
+using client::PrivateBroker;
 
 using nlohmann::json;
 
@@ -108,7 +110,7 @@ Result<std::string> locate_shim() {
 
 int run_tenant_command(const RunRequest& request) {
   if (request.command.empty()) {
-    return fail(kExitUsage, "missing the command to run (usage: fracgpu run --memory SIZE [options] -- CMD [ARGS...])");
+    return fail(kExitUsage, "missing the command to run (usage: fracgpu run [--memory SIZE] [options] -- CMD [ARGS...])");
   }
   const std::string name = request.name.empty() ? "run-" + std::to_string(::getpid()) : request.name;
   if (auto s = broker::validate_tenant_name(name); !s) return fail(kExitUsage, s.error());

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_options.h"
+#include "cli/cli_options.h"
 
 namespace fracgpu::cli {
 

@@ -1,7 +1,7 @@
 // Table rendering for status, top and tenant list. Columns are sized to their content
 // so the output stays aligned for any tenant name length; with tenant names of up to
 // 12 characters every table fits in 100 columns.
-#include "status_command.h"
+#include "cli/status_command.h"
 
 #include <signal.h>
 #include <time.h>
@@ -21,10 +21,15 @@
 #include <utility>
 #include <vector>
 
-#include "admin_client.h"
+#include "client/admin_client.h"
+#include "client/run_paths.h"
 #include "core/quantity_parser.h"
 
 namespace fracgpu::cli {
+
+using broker::Result;
+using client::AdminClient;
+
 namespace {
 
 using broker::format_size;
@@ -60,8 +65,8 @@ std::string count_of(const json& d, const char* key) {
 Result<json> fetch_list(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
   if (!client) {
-    return Result<json>::failure("no fracgpu broker answers at " + run_dir +
-                                 "/admin.sock (start one with: fracgpu broker, or set --run-dir)");
+    return Result<json>::failure("no fracgpu broker answers at " + client::admin_socket_path(run_dir).string() +
+                                 " (start one with: fracgpu broker, or set --run-dir)");
   }
   return client->call({{"op", "list"}});
 }

@@ -1,18 +1,22 @@
 // Tenant management commands. Flags are validated before connecting; an update
 // without --gpu applies to every GPU the tenant already has. `fracgpu set` is the
 // same update, printing the tenant's row of the `fracgpu top` table afterwards.
-#include "tenant_commands.h"
+#include "cli/tenant_commands.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 
-#include "admin_client.h"
+#include "cli/status_command.h"
+#include "client/admin_client.h"
+#include "client/run_paths.h"
 #include "core/quantity_parser.h"
 #include "core/tenant_spec.h"
-#include "status_command.h"
 
 namespace fracgpu::cli {
+
+using client::AdminClient;
+
 namespace {
 
 using nlohmann::json;
@@ -25,8 +29,8 @@ int fail(int code, const std::string& message) {
 Result<AdminClient> connect_node(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
   if (!client) {
-    return Result<AdminClient>::failure("no fracgpu broker answers at " + run_dir +
-                                        "/admin.sock (start one with: fracgpu broker, or set --run-dir)");
+    return Result<AdminClient>::failure("no fracgpu broker answers at " + client::admin_socket_path(run_dir).string() +
+                                        " (start one with: fracgpu broker, or set --run-dir)");
   }
   return client;
 }

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cli_options.h"
+#include "cli/cli_options.h"
 
 namespace fracgpu::cli {
 

@@ -1,6 +1,6 @@
 // Admin request dispatch: authorisation first, then op-specific validation, then the
 // backend. Mutations are logged with the uid and pid that asked for them.
-#include "admin_server.h"
+#include "core/admin_server.h"
 
 #include <spdlog/spdlog.h>
 

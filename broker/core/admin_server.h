@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "event_loop.h"
-#include "line_server.h"
-#include "result.h"
+#include "common/result.h"
+#include "core/event_loop.h"
+#include "core/line_server.h"
 
 namespace fracgpu::broker {
 

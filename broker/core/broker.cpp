@@ -2,7 +2,7 @@
 // tick every 100 ms retries pending reclaims (so memory of a dead process is back
 // well within a second even when its tenant's counters are busy), and every tenth
 // tick reclaims idle burst grants.
-#include "broker.h"
+#include "core/broker.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,11 +16,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "admission.h"
-#include "fracgpu/protocol.h"
-#include "ledger_ops.h"
-#include "quantity_parser.h"
-#include "status_report.h"
+#include "common/logging.h"
+#include "core/admission.h"
+#include "core/ledger_ops.h"
+#include "core/quantity_parser.h"
+#include "core/status_report.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -93,7 +94,7 @@ Status Broker::start() {
   if (auto s = compute_->start(); !s) return s;
   compute_->sync(*registry_);
   admin_ = std::make_unique<AdminServer>(loop_, *this, ::geteuid());
-  if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / protocol::kAdminSocketName); !s) return s;
+  if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / paths::kAdminSocketName); !s) return s;
   loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
@@ -214,7 +215,7 @@ int Broker::run() {
       return 1;
     }
   }
-  spdlog::info("serving {} (admin socket {}/{})", options_.run_dir, options_.run_dir, protocol::kAdminSocketName);
+  spdlog::info("serving {} (admin socket {}/{})", options_.run_dir, options_.run_dir, paths::kAdminSocketName);
   notify_ready();
   loop_.run();
   std::lock_guard<std::mutex> lock(state_mutex_);

@@ -10,17 +10,17 @@
 #include <mutex>
 #include <string>
 
-#include "admin_server.h"
-#include "compute_service.h"
-#include "broker_options.h"
-#include "event_loop.h"
-#include "gpu_inventory.h"
-#include "ledger_reconciler.h"
-#include "memory_arbiter.h"
-#include "metrics_server.h"
-#include "process_tracker.h"
-#include "tenant_registry.h"
-#include "tenant_socket_server.h"
+#include "core/admin_server.h"
+#include "core/broker_options.h"
+#include "core/compute_service.h"
+#include "core/event_loop.h"
+#include "core/gpu_inventory.h"
+#include "core/ledger_reconciler.h"
+#include "core/memory_arbiter.h"
+#include "core/metrics_server.h"
+#include "core/process_tracker.h"
+#include "core/tenant_registry.h"
+#include "core/tenant_socket_server.h"
 
 namespace fracgpu::broker {
 

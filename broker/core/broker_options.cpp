@@ -1,24 +1,22 @@
 // CLI11 wiring and validation of the broker flags (documented in docs/configuration.md).
-#include "broker_options.h"
+#include "core/broker_options.h"
 
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
-#include "fracgpu/protocol.h"
-#include "metrics_server.h"
-#include "quantity_parser.h"
+#include "core/metrics_server.h"
+#include "core/quantity_parser.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::broker {
 
 void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   if (with_run_dir) {
-    app.add_option("--run-dir", o.run_dir, "Sockets and shared-memory files (default /run/fracgpu)")
+    app.add_option("--run-dir", o.run_dir, std::string("Sockets and shared-memory files (default ") + paths::kRunDir + ")")
         ->envname("FRACGPU_RUN_DIR");
   }
-  app.add_option("--state-dir", o.state_dir, "Where tenants.json is kept (default /var/lib/fracgpu)");
+  app.add_option("--state-dir", o.state_dir, std::string("Where tenants.json is kept (default ") + paths::kStateDir + ")");
   app.add_option("--driver", o.driver,
                  "CUDA driver library to enumerate GPUs with (default $FRACGPU_REAL_DRIVER, else libcuda.so.1)");
   app.add_option("--reserve", o.reserve, "GPU memory kept out of every quota, per GPU (e.g. 2GiB)");
@@ -49,9 +47,9 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
 Status resolve_broker_options(BrokerOptions& o) {
   if (o.run_dir.empty()) {
     const char* env = std::getenv("FRACGPU_RUN_DIR");
-    o.run_dir = env != nullptr && *env != '\0' ? env : protocol::kDefaultRunDir;
+    o.run_dir = env != nullptr && *env != '\0' ? env : paths::kRunDir;
   }
-  if (o.state_dir.empty()) o.state_dir = protocol::kDefaultStateDir;
+  if (o.state_dir.empty()) o.state_dir = paths::kStateDir;
   auto reserve = parse_size_allow_zero(o.reserve, "--reserve");
   if (!reserve) return Status::failure(reserve.error());
   o.reserve_bytes = *reserve;
@@ -70,19 +68,6 @@ Status resolve_broker_options(BrokerOptions& o) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());
   }
-  return {};
-}
-
-Status setup_logging(const std::string& level, const std::string& name) {
-  const auto parsed = spdlog::level::from_str(level);
-  if (parsed == spdlog::level::off && level != "off") {
-    return Status::failure("--log-level '" + level + "' is not one of trace, debug, info, warn, error, critical, off");
-  }
-  auto logger = spdlog::get(name);
-  if (!logger) logger = spdlog::stderr_logger_mt(name);
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %n %l: %v");
-  logger->set_level(parsed);
-  spdlog::set_default_logger(logger);
   return {};
 }
 

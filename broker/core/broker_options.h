@@ -1,5 +1,5 @@
 // The broker's command-line options, shared by the fracgpu-broker executable and
-// `fracgpu broker` so that both accept exactly the same flags, plus the logging setup.
+// `fracgpu broker` so that both accept exactly the same flags (the logger: common/logging.h).
 // Values are kept as typed by the user and converted (with one clear error) by
 // resolve_broker_options.
 #pragma once
@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
-#include "result.h"
+#include "common/result.h"
 
-#include "gpu_scheduler.h"
+#include "core/gpu_scheduler.h"
 
 namespace CLI {
 class App;
@@ -47,8 +47,5 @@ void add_broker_options(CLI::App& app, BrokerOptions& options, bool with_run_dir
 
 // Defaults (env FRACGPU_RUN_DIR, /run/fracgpu, /var/lib/fracgpu), sizes, log level.
 Status resolve_broker_options(BrokerOptions& options);
-
-// stderr logger with timestamps at `level` (trace|debug|info|warn|error|critical|off).
-Status setup_logging(const std::string& level, const std::string& name);
 
 }  // namespace fracgpu::broker

@@ -1,6 +1,6 @@
 // Wiring of the compute schedulers to the tenants' shared memory, doorbells and a
 // timer (see compute_service.h).
-#include "compute_service.h"
+#include "core/compute_service.h"
 
 #include <sys/epoll.h>
 #include <sys/socket.h>

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "event_loop.h"
-#include "gpu_scheduler.h"
-#include "result.h"
-#include "tenant_registry.h"
+#include "common/result.h"
+#include "core/event_loop.h"
+#include "core/gpu_scheduler.h"
+#include "core/tenant_registry.h"
 
 namespace fracgpu::broker {
 

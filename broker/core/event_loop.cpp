@@ -1,7 +1,7 @@
 // epoll/timerfd/signalfd plumbing for EventLoop. Removal during dispatch moves the
 // entry to a graveyard instead of destroying it, because the handler being removed may
 // be the one currently executing (a connection closing itself).
-#include "event_loop.h"
+#include "core/event_loop.h"
 
 #include <sys/epoll.h>
 #include <sys/signalfd.h>

@@ -3,7 +3,7 @@
 // The per-context footprint is measured with two contexts: cuMemGetInfo needs a current
 // context, so the free memory seen with one context is compared with the free memory
 // seen after creating a second one; the difference is what one more context costs.
-#include "gpu_inventory.h"
+#include "core/gpu_inventory.h"
 
 #include <dlfcn.h>
 

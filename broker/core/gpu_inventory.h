@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "result.h"
+#include "common/result.h"
 
 namespace fracgpu::broker {
 

@@ -1,7 +1,7 @@
 // Decisions of the per-GPU compute scheduler (see gpu_scheduler.h). Every public call
 // runs on the broker's loop thread; step() is cheap (a scan of the GPU's tenants and,
 // for the holder, of its process slots) and runs on doorbells, timers and changes.
-#include "gpu_scheduler.h"
+#include "core/gpu_scheduler.h"
 
 #include <algorithm>
 #include <climits>

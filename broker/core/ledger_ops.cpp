@@ -2,7 +2,7 @@
 // All accesses are seq_cst: the arguments that make reclaim exact rely on one total
 // order of the slot, op_seq and counter updates, and these paths are far too rare for
 // weaker orders to matter.
-#include "ledger_ops.h"
+#include "core/ledger_ops.h"
 
 #include "fracgpu/ledger_protocol.h"
 

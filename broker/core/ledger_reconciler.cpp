@@ -1,10 +1,10 @@
 // Reclaim scheduling for LedgerReconciler; the counter arithmetic itself is in
 // ledger_ops.cpp.
-#include "ledger_reconciler.h"
+#include "core/ledger_reconciler.h"
 
 #include <spdlog/spdlog.h>
 
-#include "ledger_ops.h"
+#include "core/ledger_ops.h"
 
 namespace fracgpu::broker {
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "tenant_registry.h"
+#include "core/tenant_registry.h"
 
 namespace fracgpu::broker {
 

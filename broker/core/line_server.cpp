@@ -2,7 +2,7 @@
 // Replies that the kernel does not take at once are buffered and flushed on EPOLLOUT;
 // a peer that lets more than kMaxPendingOutput pile up (it sends but never reads) is
 // dropped, so one misbehaving client cannot grow the broker's memory without bound.
-#include "line_server.h"
+#include "core/line_server.h"
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -184,7 +184,6 @@ void LineServer::disconnect(uint64_t peer_id) {
   peers_.erase(it);
   loop_.remove(peer->loop_id);
   ::close(peer->fd);
-  if (on_disconnect_) on_disconnect_(*peer);
 }
 
 }  // namespace fracgpu::broker

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "event_loop.h"
-#include "result.h"
-#include "unix_socket.h"
+#include "common/result.h"
+#include "common/unix_socket.h"
+#include "core/event_loop.h"
 
 namespace fracgpu::broker {
 
@@ -36,19 +36,15 @@ struct Peer {
 class LineServer {
  public:
   using RequestHandler = std::function<nlohmann::json(Peer&, const nlohmann::json&)>;
-  using PeerHandler = std::function<void(Peer&)>;
 
   LineServer(EventLoop& loop, std::string label, RequestHandler on_request);
   ~LineServer();
   LineServer(const LineServer&) = delete;
   LineServer& operator=(const LineServer&) = delete;
 
-  void on_disconnect(PeerHandler handler) { on_disconnect_ = std::move(handler); }
-
   Status listen(const std::filesystem::path& path, mode_t mode);
   // Closes the listener and every connection; `unlink` also removes the socket file.
   void shutdown(bool unlink);
-  std::size_t connection_count() const { return peers_.size(); }
 
   static nlohmann::json error_reply(const std::string& sentence);
 
@@ -65,7 +61,6 @@ class LineServer {
   EventLoop& loop_;
   std::string label_;
   RequestHandler on_request_;
-  PeerHandler on_disconnect_;
   std::filesystem::path path_;
   int listen_fd_ = -1;
   EventLoop::Id listen_id_ = 0;

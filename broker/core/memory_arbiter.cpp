@@ -2,12 +2,12 @@
 // and are the only thing the arbiter changes: raising one is always safe for racing
 // processes, lowering one goes through ledger::lower_grant, which never leaves a grant
 // below memory that a process already holds.
-#include "memory_arbiter.h"
+#include "core/memory_arbiter.h"
 
 #include <algorithm>
 
-#include "ledger_ops.h"
-#include "quantity_parser.h"
+#include "core/ledger_ops.h"
+#include "core/quantity_parser.h"
 
 namespace fracgpu::broker {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/result.h"
 #include "fracgpu/tenant_segment.h"
-#include "result.h"
 
 namespace fracgpu::broker {
 

@@ -1,5 +1,5 @@
 // cpp-httplib glue for MetricsServer.
-#include "metrics_server.h"
+#include "core/metrics_server.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "result.h"
+#include "common/result.h"
 
 namespace httplib {
 class Server;

@@ -1,7 +1,7 @@
 // pidfd-based process watching and /proc parsing for ProcessTracker. The start time is
 // read AFTER the pidfd is opened: if it still matches, the pidfd refers to the very
 // process that registered (a pidfd pins one process, never a reused pid).
-#include "process_tracker.h"
+#include "core/process_tracker.h"
 
 #include <sys/epoll.h>
 #include <sys/syscall.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <utility>
 
-#include "event_loop.h"
+#include "core/event_loop.h"
 
 namespace fracgpu::broker {
 

@@ -1,7 +1,7 @@
 // Strict, exact parsing of sizes and percentages. Arithmetic is done on integers
 // (unsigned __int128) rather than doubles so that "1.5GiB" is exactly 1610612736 and
 // "18446744073709551616" is reported as overflow instead of silently wrapping.
-#include "quantity_parser.h"
+#include "core/quantity_parser.h"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "result.h"
+#include "common/result.h"
 
 namespace fracgpu::broker {
 

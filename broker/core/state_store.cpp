@@ -1,6 +1,6 @@
 // tenants.json reading and atomic writing. The file format is
 // {"version":1,"tenants":[TENANT...]} with TENANT as in protocol.h plus each GPU's UUID.
-#include "state_store.h"
+#include "core/state_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>

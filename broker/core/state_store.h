@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "result.h"
-#include "tenant_spec.h"
+#include "common/result.h"
+#include "core/tenant_spec.h"
 
 namespace fracgpu::broker {
 

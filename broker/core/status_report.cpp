@@ -2,12 +2,12 @@
 // follow Prometheus conventions (base units, _bytes / _total suffixes); labels are the
 // tenant name, the GPU's host index and its UUID, which are all safe label values
 // (validated names, hex UUIDs), so no escaping is needed beyond the UUID we format.
-#include "status_report.h"
+#include "core/status_report.h"
 
 #include <sstream>
 
-#include "admission.h"
-#include "ledger_ops.h"
+#include "core/admission.h"
+#include "core/ledger_ops.h"
 
 namespace fracgpu::broker {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpu_inventory.h"
-#include "compute_service.h"
-#include "tenant_registry.h"
+#include "core/compute_service.h"
+#include "core/gpu_inventory.h"
+#include "core/tenant_registry.h"
 
 namespace fracgpu::broker {
 

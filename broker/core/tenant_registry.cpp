@@ -2,15 +2,15 @@
 // mutation writes the complete new tenant list to tenants.json first and changes the
 // in-memory state and the quota files only once that write succeeded, so memory and
 // disk never disagree about which tenants exist.
-#include "tenant_registry.h"
+#include "core/tenant_registry.h"
 
 #include <sys/stat.h>
 #include <sys/un.h>
 
 #include <spdlog/spdlog.h>
 
-#include "admission.h"
-#include "fracgpu/protocol.h"
+#include "core/admission.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -34,19 +34,19 @@ Status check_socket_path(const std::filesystem::path& path) {
 
 }  // namespace
 
-std::filesystem::path Tenant::socket_path() const { return dir / protocol::kTenantSocketName; }
+std::filesystem::path Tenant::socket_path() const { return dir / paths::kTenantSocketName; }
 
 TenantRegistry::TenantRegistry(RegistryConfig config, const GpuInventory& gpus)
     : config_(std::move(config)), gpus_(gpus), store_(config_.state_dir) {}
 
 Status TenantRegistry::prepare() {
   if (auto s = make_directory(config_.run_dir, 0755); !s) return s;
-  if (auto s = make_directory(config_.run_dir / "tenants", 0755); !s) return s;
+  if (auto s = make_directory(config_.run_dir / paths::kTenantsDirName, 0755); !s) return s;
   return store_.prepare();
 }
 
 std::filesystem::path TenantRegistry::tenant_dir(std::string_view name) const {
-  return config_.run_dir / "tenants" / std::string(name);
+  return config_.run_dir / paths::kTenantsDirName / std::string(name);
 }
 
 std::vector<const TenantSpec*> TenantRegistry::specs_except(std::string_view name) const {

@@ -15,12 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpu_inventory.h"
-#include "memory_arbiter.h"
-#include "result.h"
-#include "state_store.h"
-#include "tenant_segments.h"
-#include "tenant_spec.h"
+#include "common/result.h"
+#include "core/gpu_inventory.h"
+#include "core/memory_arbiter.h"
+#include "core/state_store.h"
+#include "core/tenant_segments.h"
+#include "core/tenant_spec.h"
 
 namespace fracgpu::broker {
 

@@ -3,7 +3,7 @@
 // umask (tenants of any uid map the ledger read-write, the quota read-only), and are
 // never replaced by rename: processes keep their existing mappings, so a new inode
 // would silently detach them from the broker.
-#include "tenant_segments.h"
+#include "core/tenant_segments.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ledger_ops.h"
+#include "core/ledger_ops.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -98,9 +98,8 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(const std::filesyst
   }
   seg->quota_ = static_cast<TenantQuota*>(seg->quota_region_.get_address());
   seg->ledger_ = static_cast<TenantLedger*>(seg->ledger_region_.get_address());
-  seg->quota_reused_ = quota_layout_ok(*seg->quota_, seg->quota_region_.get_size());
   seg->ledger_reused_ = ledger_layout_ok(*seg->ledger_, seg->ledger_region_.get_size());
-  if (!seg->quota_reused_) initialize_quota(*seg->quota_);
+  if (!quota_layout_ok(*seg->quota_, seg->quota_region_.get_size())) initialize_quota(*seg->quota_);
   if (!seg->ledger_reused_) ledger::initialize(*seg->ledger_);
   return R(std::move(seg));
 }

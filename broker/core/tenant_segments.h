@@ -11,10 +11,10 @@
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 
+#include "common/result.h"
+#include "core/gpu_inventory.h"
+#include "core/tenant_spec.h"
 #include "fracgpu/tenant_segment.h"
-#include "gpu_inventory.h"
-#include "result.h"
-#include "tenant_spec.h"
 
 namespace fracgpu::broker {
 
@@ -27,7 +27,6 @@ class TenantSegments {
   TenantLedger& ledger() { return *ledger_; }
   const TenantQuota& quota() const { return *quota_; }
   const TenantLedger& ledger() const { return *ledger_; }
-  bool quota_reused() const { return quota_reused_; }    // a valid quota file was found
   bool ledger_reused() const { return ledger_reused_; }  // a valid ledger file was found
 
   // Writes the spec into the quota in place and bumps its generation. Grants of GPUs
@@ -41,7 +40,6 @@ class TenantSegments {
   boost::interprocess::mapped_region quota_region_, ledger_region_;
   TenantQuota* quota_ = nullptr;
   TenantLedger* ledger_ = nullptr;
-  bool quota_reused_ = false;
   bool ledger_reused_ = false;
 };
 

@@ -2,12 +2,12 @@
 // failure is a one-sentence error reply; the process's pid is never taken from the
 // request, only from the kernel (SO_PEERCRED), so one process cannot register — or
 // get reclaimed — in the name of another.
-#include "tenant_socket_server.h"
+#include "core/tenant_socket_server.h"
 
 #include <spdlog/spdlog.h>
 
+#include "core/ledger_ops.h"
 #include "fracgpu/protocol.h"
-#include "ledger_ops.h"
 
 namespace fracgpu::broker {
 namespace {

@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "event_loop.h"
-#include "ledger_reconciler.h"
-#include "line_server.h"
-#include "memory_arbiter.h"
-#include "process_tracker.h"
-#include "tenant_registry.h"
+#include "core/event_loop.h"
+#include "core/ledger_reconciler.h"
+#include "core/line_server.h"
+#include "core/memory_arbiter.h"
+#include "core/process_tracker.h"
+#include "core/tenant_registry.h"
 
 namespace fracgpu::broker {
 

@@ -2,10 +2,12 @@
 // type before reading (nlohmann throws on type mismatch, and a throw out of a request
 // handler is exactly what must never take the broker down), and reports the offending
 // field by its path, e.g. "devices[1].memory_limit".
-#include "tenant_spec.h"
+#include "core/tenant_spec.h"
 
 #include <algorithm>
 #include <set>
+
+#include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -41,8 +43,16 @@ Result<uint64_t> read_uint(const json& obj, const char* key, const std::string& 
   return v;
 }
 
+bool is_available_memory(const json& value) {
+  return value.is_string() && value.get<std::string>() == protocol::kAvailableMemory;
+}
+
 Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& dev) {
   if (auto s = check_keys(d, kDeviceKeys, where); !s) return s;
+  if (auto it = d.find("memory_limit"); it != d.end() && is_available_memory(*it)) {
+    return Status::failure(where + ".memory_limit \"" + protocol::kAvailableMemory +
+                           "\" is only for creating a tenant; give a size in bytes");
+  }
   auto limit = read_uint(d, "memory_limit", where, 1, UINT64_MAX, dev.memory_limit);
   if (!limit) return Status::failure(limit.error());
   const bool limit_given = d.contains("memory_limit");
@@ -52,7 +62,7 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
                            limit_given && old_request > *limit ? *limit : old_request);
   if (!request) return Status::failure(request.error());
   dev.memory_request = *request;
-  if (dev.memory_request > dev.memory_limit) {
+  if (dev.memory_limit != kMemoryLimitAvailable && dev.memory_request > dev.memory_limit) {
     return Status::failure(where + ".memory_request (" + std::to_string(dev.memory_request) +
                            ") must not exceed memory_limit (" + std::to_string(dev.memory_limit) + ")");
   }
@@ -157,10 +167,17 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
     if (!(*devs)[i].contains("memory_limit")) return Result<TenantSpec>::failure(where + " needs \"memory_limit\"");
     DeviceSpec dev;
     dev.gpu = *gpu;
-    auto limit = read_uint((*devs)[i], "memory_limit", where, 1, UINT64_MAX, 0);
-    if (!limit) return Result<TenantSpec>::failure(limit.error());
-    dev.memory_request = *limit;
-    if (auto s = apply_device_fields((*devs)[i], where, dev); !s) return Result<TenantSpec>::failure(s.error());
+    json entry = (*devs)[i];
+    if (is_available_memory(entry["memory_limit"])) {
+      entry.erase("memory_limit");  // kMemoryLimitAvailable; admission fills it in
+      dev.memory_limit = kMemoryLimitAvailable;
+      dev.memory_request = 0;
+    } else {
+      auto limit = read_uint(entry, "memory_limit", where, 1, UINT64_MAX, 0);
+      if (!limit) return Result<TenantSpec>::failure(limit.error());
+      dev.memory_request = *limit;
+    }
+    if (auto s = apply_device_fields(entry, where, dev); !s) return Result<TenantSpec>::failure(s.error());
     spec.devices.push_back(dev);
   }
   return spec;

@@ -12,17 +12,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/result.h"
 #include "fracgpu/tenant_segment.h"
-#include "result.h"
 
 namespace fracgpu::broker {
 
 inline constexpr uint32_t kDefaultComputeWeight = 100;
 inline constexpr uint32_t kMaxComputeWeight = 10000;  // DeviceQuota.compute_weight range
 
+// DeviceSpec::memory_limit of a tenant created with "memory_limit":"available", until
+// admission (admission.h) replaces it by the memory no other tenant is guaranteed.
+inline constexpr uint64_t kMemoryLimitAvailable = 0;
+
 struct DeviceSpec {
   uint32_t gpu = 0;             // host GPU index
-  uint64_t memory_limit = 0;    // hard cap, bytes (> 0)
+  uint64_t memory_limit = 0;    // hard cap, bytes (> 0 once admitted; see kMemoryLimitAvailable)
   uint64_t memory_request = 0;  // guaranteed bytes, <= memory_limit
   uint32_t compute = kDefaultComputeWeight;  // weight 1..10000 (the CLI offers 1..100)
   uint32_t compute_limit = 0;                // ceiling in percent, 0 = none
@@ -45,7 +49,9 @@ const char* priority_name(PriorityClass p);
 Result<PriorityClass> parse_priority(std::string_view text);
 
 // TENANT JSON -> spec, for "create": name and devices[] (each with gpu and
-// memory_limit) are required; memory_request defaults to memory_limit.
+// memory_limit) are required; memory_request defaults to memory_limit. A memory_limit
+// of "available" (protocol::kAvailableMemory) gives kMemoryLimitAvailable and a
+// memory_request defaulting to 0.
 Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
 
 // Applies a partial TENANT (for "update") to an existing spec: devices are matched by

@@ -23,6 +23,9 @@
 //   {"op":"gpus"}                    -> {"ok":true,"gpus":[GPU...]}
 //   TENANT = {"name":"a","devices":[{"gpu":0,"memory_limit":N,"memory_request":N,
 //             "compute":30,"compute_limit":0,"priority":"normal"}]}
+//            In "create", "memory_limit":"available" asks for the GPU's capacity minus the
+//            other tenants' requests at that moment (refused when that is nothing), and
+//            the request then defaults to 0; the tenant is kept and reported with the number.
 //   GPU    = {"index":0,"uuid":"GPU-...","name":"...","memory_total":N}
 //   TENANT_STATUS = TENANT + {"socket":"/abs/path/broker.sock","run_dir":"/abs/path",
 //             "devices":[{..., "memory_used":N,"memory_peak":N,"memory_grant":N,
@@ -35,11 +38,11 @@ namespace fracgpu::protocol {
 
 inline constexpr int kVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
-inline constexpr const char* kDefaultRunDir = "/run/fracgpu";
-inline constexpr const char* kDefaultStateDir = "/var/lib/fracgpu";
-inline constexpr const char* kAdminSocketName = "admin.sock";
-inline constexpr const char* kTenantSocketName = "broker.sock";
+// The tenant's segment files, as the register reply names them (paths.h has the rest
+// of the run directory's layout).
 inline constexpr const char* kQuotaFileName = "quota";
 inline constexpr const char* kLedgerFileName = "ledger";
+// TENANT's "memory_limit" in a create: the memory no other tenant is guaranteed.
+inline constexpr const char* kAvailableMemory = "available";
 
 }  // namespace fracgpu::protocol

@@ -1,5 +1,5 @@
 // Implementation of AllocationTable (see allocation_table.h).
-#include "allocation_table.h"
+#include "core/allocation_table.h"
 
 namespace fracgpu {
 

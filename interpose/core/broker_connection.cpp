@@ -1,6 +1,6 @@
 // Implementation of BrokerConnection (see broker_connection.h). Nothing here is on a
 // hot path: it runs at registration and when an allocation needs burst memory.
-#include "broker_connection.h"
+#include "core/broker_connection.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,5 +1,5 @@
 // The process's capture bookkeeping and the relaxed-mode scope (see capture_tracker.h).
-#include "capture_tracker.h"
+#include "core/capture_tracker.h"
 
 #include <new>
 

@@ -25,14 +25,18 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/driver_calls.h"
+
 namespace fracgpu {
 
-// The driver calls the tracker needs; a null entry degrades safely (see each use).
-struct CaptureOps {
-  CUresult (*exchange_mode)(CUstreamCaptureMode*) = nullptr;
-  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
-};
+// The stream a call of a per-thread-default-stream (_ptsz) variant names when given the
+// null stream: the per-thread stream, a different one from the legacy stream.
+inline CUstream explicit_stream(CUstream stream, bool per_thread) noexcept {
+  return (stream == nullptr && per_thread) ? CU_STREAM_PER_THREAD : stream;
+}
 
+// The driver calls it makes are CaptureOps (core/driver_calls.h); a null entry degrades
+// safely (see each use).
 class CaptureTracker {
  public:
   // The process's tracker (every hook and the drainer threads share it).

@@ -1,5 +1,5 @@
 // Sending side of the broker's doorbell (see doorbell.h).
-#include "doorbell.h"
+#include "core/doorbell.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>

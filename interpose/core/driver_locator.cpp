@@ -1,5 +1,5 @@
 // Candidate paths for the real CUDA driver and a parser for /etc/ld.so.cache.
-#include "driver_locator.h"
+#include "core/driver_locator.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,10 +1,10 @@
 // The launch gate's slow paths (see grant_gate.h).
-#include "grant_gate.h"
+#include "core/grant_gate.h"
 
 
 #include "fracgpu/futex_word.h"
 #include "fracgpu/monotonic_clock.h"
-#include "shim_log.h"
+#include "core/shim_log.h"
 
 namespace fracgpu {
 namespace {

@@ -15,7 +15,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "doorbell.h"
+#include "core/doorbell.h"
 #include "fracgpu/tenant_segment.h"
 
 namespace fracgpu {
@@ -56,12 +56,6 @@ class GrantGate {
   bool burst_work() const noexcept {
     return quota_->guard_period_ns.load(std::memory_order_relaxed) != 0 ||
            quota_->priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh);
-  }
-
-  // After fork(): the child is a new process with a slot of its own.
-  void rebind_slot(SlotSchedule* slot) noexcept {
-    slot_ = slot;
-    seen_.store(0, std::memory_order_relaxed);
   }
 
   static constexpr int64_t kBrokerGoneNs = 2'000'000'000;

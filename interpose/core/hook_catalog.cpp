@@ -1,6 +1,6 @@
 // Lookups over the hook catalog. Called on cuGetProcAddress (tens to hundreds of
 // times at start-up, never on a hot path), so a linear scan of ~110 rows is fine.
-#include "hook_catalog.h"
+#include "core/hook_catalog.h"
 
 namespace fracgpu {
 

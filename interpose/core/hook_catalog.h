@@ -1,5 +1,5 @@
-// The hook catalog: hooks.def turned into plain data (ids, exported names, the
-// cuGetProcAddress base name, ABI version, per-thread-stream flag) plus the lookups
+// The hook catalog: tables/hooks.def turned into plain data (ids, exported names, the
+// cuGetProcAddress base name, ABI version, per-thread-stream flag, kind) plus the lookups
 // the shim needs. It carries no function types, so unit tests and tools can use it
 // without the CUDA typedefs or any preloading.
 #pragma once
@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+#include "tables/hook_kind.h"
 
 // cuda.h renames API functions with macros (cuMemAlloc -> cuMemAlloc_v2) unless
 // __CUDA_API_VERSION_INTERNAL is defined; those macros would silently rename HookId
@@ -20,22 +22,33 @@
 namespace fracgpu {
 
 enum class HookId : uint16_t {
-#define FRACGPU_HOOK(symbol, base, version, pt) symbol,
-#include "hooks.def"
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) symbol,
+#include "tables/hooks.def"
 #undef FRACGPU_HOOK
 };
+
+// What the wrapper does (the kind column of tables/hooks.def).
+enum class HookKind : uint8_t { kForward, kBody, kGated };
 
 struct HookInfo {
   std::string_view symbol;  // exported ABI name, e.g. "cuMemAlloc_v2"
   std::string_view base;    // cuGetProcAddress name, e.g. "cuMemAlloc"
   int version;              // CUDA version that introduced this ABI, e.g. 3020
   bool per_thread_stream;   // a _ptsz/_ptds variant
+  HookKind kind;
 };
 
 inline constexpr HookInfo kHookCatalog[] = {
-#define FRACGPU_HOOK(symbol, base, version, pt) {#symbol, #base, version, sizeof(#pt) > 1},
-#include "hooks.def"
+#define FRACGPU_CATALOG_KIND_FORWARD(symbol, pfn, locator) HookKind::kForward
+#define FRACGPU_CATALOG_KIND_BODY(symbol, pfn, locator) HookKind::kBody
+#define FRACGPU_CATALOG_KIND_GATED(symbol, pfn, locator) HookKind::kGated
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) \
+  {#symbol, #base, version, sizeof(#pt) > 1, FRACGPU_HOOK_KIND(FRACGPU_CATALOG_KIND, symbol, -, kind)},
+#include "tables/hooks.def"
 #undef FRACGPU_HOOK
+#undef FRACGPU_CATALOG_KIND_FORWARD
+#undef FRACGPU_CATALOG_KIND_BODY
+#undef FRACGPU_CATALOG_KIND_GATED
 };
 
 inline constexpr std::size_t kHookCount = sizeof(kHookCatalog) / sizeof(kHookCatalog[0]);

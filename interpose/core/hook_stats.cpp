@@ -1,5 +1,5 @@
 // JSON rendering and file output of the hook counters (see hook_stats.h).
-#include "hook_stats.h"
+#include "core/hook_stats.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "hook_catalog.h"
-#include "proc_address_resolver.h"
+#include "core/hook_catalog.h"
+#include "core/proc_address_resolver.h"
 
 namespace fracgpu {
 

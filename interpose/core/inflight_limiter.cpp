@@ -1,6 +1,6 @@
 // Fence bookkeeping of the in-flight bound (see inflight_limiter.h). Everything here
 // runs under the mutex, only on every Nth launch or when the bound is exceeded.
-#include "inflight_limiter.h"
+#include "core/inflight_limiter.h"
 
 #include <algorithm>
 

@@ -18,26 +18,12 @@
 #include <mutex>
 #include <vector>
 
-#include "capture_tracker.h"
+#include "core/capture_tracker.h"
+#include "core/driver_calls.h"
 
 namespace fracgpu {
 
-// The driver calls the limiter needs; any null entry disables it.
-struct FenceOps {
-  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
-  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
-  CUresult (*event_record)(CUevent, CUstream) = nullptr;
-  CUresult (*event_query)(CUevent) = nullptr;
-  CUresult (*event_synchronize)(CUevent) = nullptr;
-  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
-  CUresult (*event_destroy)(CUevent) = nullptr;
-  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
-  bool complete() const {
-    return ctx_get_current && event_create && event_record && event_query && event_synchronize && event_elapsed &&
-           event_destroy && stream_is_capturing;
-  }
-};
-
+// The driver calls it makes are FenceOps (core/driver_calls.h): any null entry disables it.
 class InflightLimiter {
  public:
   // `captures` tells whether a capture is open: fence calls then run in relaxed

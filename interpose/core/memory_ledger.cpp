@@ -1,6 +1,6 @@
 // MemoryLedger over the contract's reservation protocol (see memory_ledger.h and
 // fracgpu/ledger_protocol.h, which holds the one implementation and its costs).
-#include "memory_ledger.h"
+#include "core/memory_ledger.h"
 
 namespace fracgpu {
 

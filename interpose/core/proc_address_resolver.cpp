@@ -1,5 +1,5 @@
 // Mapping of cuGetProcAddress results onto the shim's wrappers (see the header).
-#include "proc_address_resolver.h"
+#include "core/proc_address_resolver.h"
 
 #include <algorithm>
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "hook_catalog.h"
+#include "core/hook_catalog.h"
 
 namespace fracgpu {
 

@@ -1,5 +1,5 @@
 // Parsing of the FRACGPU_* environment (see shim_config.h).
-#include "shim_config.h"
+#include "core/shim_config.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shim_log.h"
+#include "core/shim_log.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu {
 
@@ -17,7 +18,7 @@ struct ShimConfig {
   LogLevel log_level = LogLevel::kWarn;  // FRACGPU_LOG_LEVEL
   std::string real_driver;          // FRACGPU_REAL_DRIVER: path of the real libcuda.so.1
   std::string hook_stats_path;      // FRACGPU_HOOK_STATS: write per-hook call counts at exit
-  std::string socket_path = "/run/fracgpu/broker.sock";  // FRACGPU_SOCKET
+  std::string socket_path{paths::kDefaultTenantSocket};  // FRACGPU_SOCKET
   bool socket_explicit = false;     // FRACGPU_SOCKET was set: the broker must answer
   std::vector<std::string> problems;  // one message per rejected variable
 };

@@ -1,5 +1,5 @@
 // Implementation of the shim's stderr logger (see shim_log.h).
-#include "shim_log.h"
+#include "core/shim_log.h"
 
 #include <strings.h>
 #include <unistd.h>

@@ -1,45 +1,18 @@
 // Registration with the broker and mapping of the tenant's segment files (see
-// tenant_session.h). Plain mmap rather than Boost.Interprocess here: the shim is built
-// without exceptions, and both sides only need a shared file mapping of a POD layout.
-#include "tenant_session.h"
+// tenant_session.h; the mappings themselves: core/file_mapping.h). Runs at the first CUDA
+// call, after fork and on a burst request; never on the allocation fast path.
+#include "core/tenant_session.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "core/file_mapping.h"
+#include "core/wire_json.h"
 #include "fracgpu/protocol.h"
-#include "wire_json.h"
 
 namespace fracgpu {
 namespace {
 
 constexpr int kBurstTimeoutMs = 5000;
-
-void* map_file(const std::string& path, bool writable, std::size_t* size, std::string* error) {
-  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) {
-    *error = "cannot open " + path;
-    return nullptr;
-  }
-  struct stat st {};
-  void* address = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    *size = static_cast<std::size_t>(st.st_size);
-    address = ::mmap(nullptr, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-  }
-  ::close(fd);
-  if (address == MAP_FAILED) {
-    *error = "cannot map " + path;
-    return nullptr;
-  }
-  return address;
-}
-
-std::string directory_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
 
 // A name the broker gave us must stay inside the tenant's directory.
 bool plain_file_name(const std::string& name) {
@@ -93,10 +66,10 @@ bool TenantSession::register_process(int timeout_ms, std::string* error) {
 
 bool TenantSession::map_files(const std::string& quota_name, const std::string& ledger_name,
                               std::string* error) {
-  void* quota = map_file(directory_ + "/" + quota_name, false, &quota_size_, error);
+  void* quota = map_segment_file(directory_ + "/" + quota_name, false, &quota_size_, error);
   if (quota == nullptr) return false;
   quota_ = static_cast<const TenantQuota*>(quota);
-  void* ledger = map_file(directory_ + "/" + ledger_name, true, &ledger_size_, error);
+  void* ledger = map_segment_file(directory_ + "/" + ledger_name, true, &ledger_size_, error);
   if (ledger == nullptr) {
     unmap();
     return false;

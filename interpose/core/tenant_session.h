@@ -9,41 +9,42 @@
 #include <cstdint>
 #include <string>
 
-#include "broker_connection.h"
+#include "core/broker_connection.h"
+#include "core/memory_ledger.h"
+#include "core/tenant_link.h"
+#include "core/tenant_view.h"
 #include "fracgpu/tenant_segment.h"
-#include "memory_ledger.h"
-#include "tenant_view.h"
 
 namespace fracgpu {
 
-class TenantSession {
+class TenantSession : public TenantLink {
  public:
   TenantSession() = default;
-  ~TenantSession();
+  ~TenantSession() override;
   TenantSession(const TenantSession&) = delete;
   TenantSession& operator=(const TenantSession&) = delete;
 
   bool attach(const std::string& socket_path, int timeout_ms, std::string* error);
   bool attached() const { return quota_ != nullptr; }
 
-  MemoryLedger& ledger() { return ledger_; }
-  const TenantQuota* quota() const { return quota_; }
-  const std::string& tenant() const { return tenant_; }
+  MemoryLedger& ledger() override { return ledger_; }
+  const TenantQuota* quota() const override { return quota_; }
+  const std::string& tenant() const override { return tenant_; }
   std::optional<DeviceMemoryView> memory_view(const char* uuid) const {
     return attached() ? device_memory_view(*quota_, *ledger_map_, uuid) : std::nullopt;
   }
-  uint32_t slot() const { return slot_; }
+  uint32_t slot() const override { return slot_; }
   const std::string& directory() const { return directory_; }
-  TenantLedger* ledger_map() { return ledger_map_; }
+  TenantLedger* ledger_map() override { return ledger_map_; }
 
   // In a child after fork(): drop the parent's connection; the child registers as a
   // process of its own (with its own slot) before its first allocation.
   void forget_parent_after_fork();
-  bool needs_registration() const { return forked_; }
-  bool register_forked_child(std::string* error);
+  bool needs_registration() const override { return forked_; }
+  bool register_forked_child(std::string* error) override;
 
   // Asks the broker to raise the grant on `device` so that `bytes` more fit.
-  bool request_burst(uint32_t device, uint64_t bytes, std::string* error);
+  bool request_burst(uint32_t device, uint64_t bytes, std::string* error) override;
 
  private:
   bool register_process(int timeout_ms, std::string* error);

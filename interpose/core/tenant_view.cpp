@@ -1,39 +1,21 @@
-// Read-only mapping of a tenant's segment files (see tenant_view.h).
-#include "tenant_view.h"
+// Read-only look at a tenant's segment files (see tenant_view.h): mapped at the first
+// NVML memory query of a process outside the tenant's registration, then two loads a query.
+#include "core/tenant_view.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 
+#include "core/file_mapping.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu {
-namespace {
-
-const void* map_read_only(const std::string& path, std::size_t* size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  struct stat st {};
-  void* address = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    *size = static_cast<std::size_t>(st.st_size);
-    address = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED, fd, 0);
-  }
-  ::close(fd);
-  return address == MAP_FAILED ? nullptr : address;
-}
-
-}  // namespace
 
 TenantView* TenantView::open(const std::string& socket_path) {
-  const auto slash = socket_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : socket_path.substr(0, slash);
+  const std::string dir = directory_of(socket_path);
   std::size_t quota_size = 0, ledger_size = 0;
-  const auto* quota = static_cast<const TenantQuota*>(map_read_only(dir + "/" + protocol::kQuotaFileName, &quota_size));
-  const auto* ledger = static_cast<const TenantLedger*>(map_read_only(dir + "/" + protocol::kLedgerFileName, &ledger_size));
+  const auto* quota = static_cast<const TenantQuota*>(map_segment_file(dir + "/" + protocol::kQuotaFileName, false, &quota_size));
+  const auto* ledger = static_cast<const TenantLedger*>(map_segment_file(dir + "/" + protocol::kLedgerFileName, false, &ledger_size));
   if (quota == nullptr || ledger == nullptr || !quota_layout_ok(*quota, quota_size) ||
       !ledger_layout_ok(*ledger, ledger_size)) {
     if (quota != nullptr) ::munmap(const_cast<TenantQuota*>(quota), quota_size);

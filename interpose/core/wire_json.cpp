@@ -1,7 +1,7 @@
 // A strict scanner for flat JSON objects (see wire_json.h). It walks the object's
 // top level token by token, skipping nested values, so a key that appears inside a
 // nested object or inside a string is never mistaken for a top-level field.
-#include "wire_json.h"
+#include "core/wire_json.h"
 
 #include <cctype>
 #include <cstdlib>

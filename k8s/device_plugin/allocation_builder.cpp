@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <set>
 
+#include "client/run_paths.h"
 #include "device_plugin/slice_ids.h"
-#include "fracgpu/protocol.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::k8s {
 
@@ -143,11 +144,11 @@ void fill_container_response(const AllocationPlan& plan, const PluginConfig& con
   add_mount(config.shim_host_path, kContainerShimPath, true);
   add_mount(config.preload_host_path, kContainerPreloadPath, true);
   // Read-write: the tenant's processes map the ledger read-write and connect to the socket.
-  add_mount(config.broker_run_dir + "/tenants/" + plan.tenant, kContainerRunDir, false);
+  add_mount(client::tenant_dir(config.broker_run_dir, plan.tenant).string(), kContainerRunDir, false);
 
   auto& envs = *response.mutable_envs();
   envs["NVIDIA_VISIBLE_DEVICES"] = plan.gpu.uuid;
-  envs["FRACGPU_SOCKET"] = std::string(kContainerRunDir) + "/" + protocol::kTenantSocketName;
+  envs["FRACGPU_SOCKET"] = paths::kDefaultTenantSocket;  // kContainerRunDir/broker.sock
 
   auto& annotations = *response.mutable_annotations();
   annotations["fracgpu.io/tenant"] = plan.tenant;

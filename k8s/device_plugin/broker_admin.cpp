@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "cli/admin_client.h"
+#include "client/admin_client.h"
 
 namespace fracgpu::k8s {
 
@@ -14,7 +14,7 @@ Result<nlohmann::json> BrokerAdmin::call(const nlohmann::json& request) const {
   std::string last_error = "no attempt was made";
   auto delay = retry_.first_delay;
   for (int attempt = 1; attempt <= std::max(1, retry_.attempts); ++attempt) {
-    auto client = cli::AdminClient::connect(run_dir_, std::chrono::seconds(5));
+    auto client = client::AdminClient::connect(run_dir_, std::chrono::seconds(5));
     if (client) {
       auto reply = client->exchange(request);
       if (reply) {

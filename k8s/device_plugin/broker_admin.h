@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/result.h"
+#include "common/result.h"
 
 namespace fracgpu::k8s {
 

@@ -3,14 +3,15 @@
 // optional extra fracgpu.io/gpu-slice-besteffort slices) to the kubelet and turns each
 // container's slices into a broker tenant with the matching quota and priority. This
 // file only reads flags and signals.
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
+#include "common/logging.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/plugin_runner.h"
 
@@ -63,15 +64,10 @@ int main(int argc, char** argv) {
   }
 
   // Logs go to stderr (the container log), in the broker's format.
-  auto logger = spdlog::stderr_logger_mt("fracgpu-device-plugin");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %n %l: %v");
-  spdlog::set_default_logger(logger);
-  const auto level = spdlog::level::from_str(config.log_level);
-  if (level == spdlog::level::off && config.log_level != "off") {
-    spdlog::error("--log-level: unknown level \"{}\"", config.log_level);
+  if (auto logging = fracgpu::broker::setup_logging(config.log_level, "fracgpu-device-plugin"); !logging) {
+    std::fprintf(stderr, "fracgpu-device-plugin: %s\n", logging.error().c_str());
     return 2;
   }
-  spdlog::set_level(level);
   if (!config_file.empty()) {
     if (auto loaded = load_config_file(config_file, node_name, config); !loaded) {
       spdlog::error("{}", loaded.error());

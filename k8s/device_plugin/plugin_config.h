@@ -6,7 +6,8 @@
 #include <chrono>
 #include <string>
 
-#include "core/result.h"
+#include "common/result.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::k8s {
 
@@ -22,12 +23,12 @@ inline constexpr const char* kDefaultEndpointName = "fracgpu.sock";
 // Where Allocate puts things inside the container.
 inline constexpr const char* kContainerShimPath = "/usr/local/fracgpu/lib/libfracgpu.so";
 inline constexpr const char* kContainerPreloadPath = "/etc/ld.so.preload";
-inline constexpr const char* kContainerRunDir = "/run/fracgpu";
+inline constexpr const char* kContainerRunDir = paths::kRunDir;  // the tenant's run directory
 
 struct PluginConfig {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
   std::string endpoint_name = kDefaultEndpointName;
-  std::string broker_run_dir = "/run/fracgpu";
+  std::string broker_run_dir = paths::kRunDir;
   int slices = 8;
   // Of each GPU's `slices`, how many are advertised as fracgpu.io/gpu-slice-high (0: the
   // resource is not registered). See resource_class.h.

@@ -63,6 +63,42 @@ TEST(Admission, SumOfRequestsMustFitButLimitsMayOvercommit) {
   EXPECT_TRUE(admit_tenant(e, two_gpus(), 0, both).ok());
 }
 
+// "memory_limit":"available" (fracgpu run without --memory): the capacity minus the
+// other tenants' requests on that GPU, with the tenant's own request (default 0) inside it.
+TEST(Admission, AvailableMemoryIsWhatNoOtherTenantIsGuaranteed) {
+  auto a = spec("a", 0, 60 * kGiB, 40 * kGiB);
+  auto b = spec("b", 1, 8 * kGiB, 8 * kGiB);  // another GPU does not count
+  const TenantSpec* others[] = {&a, &b};
+  auto run = spec("run", 0, kMemoryLimitAvailable, 0);
+  ASSERT_TRUE(admit_tenant(run, two_gpus(), 2 * kGiB, others).ok());
+  EXPECT_EQ(run.devices[0].memory_limit, 80 * kGiB - 2 * kGiB - 40 * kGiB);  // minus the reserve too
+  EXPECT_EQ(run.devices[0].memory_request, 0u);
+  EXPECT_EQ(run.devices[0].uuid, "GPU-00000000-0000-0000-0000-000000000000");
+  auto alone = spec("alone", 1, kMemoryLimitAvailable, 0);  // a private broker: the whole GPU
+  ASSERT_TRUE(admit_tenant(alone, two_gpus(), 0, {}).ok());
+  EXPECT_EQ(alone.devices[0].memory_limit, 16 * kGiB);
+  auto with_request = spec("req", 0, kMemoryLimitAvailable, 40 * kGiB);  // exactly the rest
+  ASSERT_TRUE(admit_tenant(with_request, two_gpus(), 0, others).ok());
+  EXPECT_EQ(with_request.devices[0].memory_limit, 40 * kGiB);
+  EXPECT_EQ(with_request.devices[0].memory_request, 40 * kGiB);
+}
+
+TEST(Admission, AvailableMemoryIsRefusedWhenNothingIsLeft) {
+  auto a = spec("a", 1, 16 * kGiB, 16 * kGiB);
+  const TenantSpec* others[] = {&a};
+  auto run = spec("run", 1, kMemoryLimitAvailable, 0);
+  auto s = admit_tenant(run, two_gpus(), 0, others);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().find("no memory of GPU 1 is left for a tenant without a memory limit"), std::string::npos)
+      << s.error();
+  auto b = spec("b", 0, 70 * kGiB, 70 * kGiB);
+  const TenantSpec* on_0[] = {&b};
+  auto too_big = spec("big", 0, kMemoryLimitAvailable, 11 * kGiB);  // 10 GiB are left
+  s = admit_tenant(too_big, two_gpus(), 0, on_0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().find("memory request 11 GiB does not fit on GPU 0"), std::string::npos) << s.error();
+}
+
 TEST(Admission, UnknownGpuAndNoGpu) {
   auto a = spec("a", 5, kGiB, kGiB);
   auto s = admit_tenant(a, two_gpus(), 0, {});

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/ledger_ops.h"
+#include "fracgpu/paths.h"
 
 extern char** environ;
 
@@ -88,7 +89,7 @@ void write_all(int fd, const std::string& s) {
 // Body of a TenantProcess child; never returns.
 [[noreturn]] void tenant_child(const std::filesystem::path& dir, uint64_t hold, bool churn, int report_fd) {
   nlohmann::json result = {{"ok", false}, {"error", "cannot connect"}};
-  const int sock = connect_to(dir / "broker.sock");
+  const int sock = connect_to(dir / paths::kTenantSocketName);
   std::string buffer;
   if (sock >= 0) {
     write_all(sock, "{\"op\":\"register\",\"protocol\":1}\n");
@@ -243,60 +244,24 @@ std::map<std::string, std::string> BrokerProcess::env() const {
 }
 
 bool BrokerProcess::start(const std::vector<std::string>& extra_args) {
-  int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) return false;
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    const int log = ::open((dir_.path() / "broker.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::dup2(log, 2);
-    const int ready_fd = ::fcntl(ready[1], F_DUPFD, 10);
-    for (const auto& [k, v] : env()) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<std::string> args = {FRACGPU_TEST_BROKER_BIN,
-                                     "--run-dir", run_dir().string(),
-                                     "--state-dir", state_dir().string(),
-                                     "--driver", FRACGPU_TEST_FAKE_DRIVER,
-                                     "--log-level", "debug",
-                                     "--ready-fd", std::to_string(ready_fd)};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(ready[1]);
-  pollfd p{ready[0], POLLIN, 0};
-  char byte = 0;
-  const bool ok = ::poll(&p, 1, 20000) == 1 && ::read(ready[0], &byte, 1) == 1;
-  ::close(ready[0]);
-  return ok;
+  client::BrokerLaunch launch;
+  launch.program = {FRACGPU_TEST_BROKER_BIN};
+  launch.run_dir = run_dir();
+  launch.state_dir = state_dir();
+  launch.args = {"--driver", FRACGPU_TEST_FAKE_DRIVER, "--log-level", "debug"};
+  launch.args.insert(launch.args.end(), extra_args.begin(), extra_args.end());
+  launch.environment = client::current_environment();
+  for (const auto& [k, v] : env()) (*launch.environment)[k] = v;
+  launch.log_file = dir_.path() / "broker.log";
+  launch.ready_timeout = std::chrono::seconds(20);
+  return process_.start(launch).ok();
 }
 
-void BrokerProcess::kill9() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  ::waitpid(pid_, nullptr, 0);
-  pid_ = -1;
-}
+void BrokerProcess::kill9() { process_.kill(); }
 
-int BrokerProcess::stop() {
-  if (pid_ <= 0) return -1;
-  ::kill(pid_, SIGTERM);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return status_code(status);
-}
+int BrokerProcess::stop() { return process_.stop(std::chrono::seconds(60)); }
 
-bool BrokerProcess::alive() {
-  if (pid_ <= 0) return false;
-  int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-    pid_ = -1;
-    return false;
-  }
-  return true;
-}
+bool BrokerProcess::alive() { return process_.running(); }
 
 std::string BrokerProcess::log() const {
   std::ifstream in(dir_.path() / "broker.log");

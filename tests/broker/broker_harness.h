@@ -1,5 +1,5 @@
 // Test harness for the integration tests: the real fracgpu-broker binary started over
-// the simulated GPU (tests/fakecuda) with private run/state directories and a private
+// the simulated GPU (fakecuda/) with private run/state directories and a private
 // simulated-device name, raw socket clients for the admin and tenant sockets, and
 // forked "tenant processes" that register and account memory by the ledger rules.
 #pragma once
@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "client/broker_launcher.h"
+#include "client/run_paths.h"
 #include "fracgpu/tenant_segment.h"
 
 namespace fracgpu::test {
@@ -80,11 +82,11 @@ class BrokerProcess {
   void kill9();
   int stop();  // SIGTERM; returns the exit status
   bool alive();
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
   std::filesystem::path run_dir() const { return dir_.path() / "run"; }
   std::filesystem::path state_dir() const { return dir_.path() / "state"; }
-  std::filesystem::path admin_socket() const { return run_dir() / "admin.sock"; }
-  std::filesystem::path tenant_dir(const std::string& name) const { return run_dir() / "tenants" / name; }
+  std::filesystem::path admin_socket() const { return client::admin_socket_path(run_dir()); }
+  std::filesystem::path tenant_dir(const std::string& name) const { return client::tenant_dir(run_dir(), name); }
   const std::string& shm_name() const { return shm_name_; }
   std::string log() const;
   std::map<std::string, std::string> env() const;
@@ -98,7 +100,7 @@ class BrokerProcess {
  private:
   TempDir dir_;
   std::string shm_name_;
-  pid_t pid_ = -1;
+  client::BrokerProcess process_;
 };
 
 // A forked child playing a CUDA process of a tenant: it registers on the tenant socket

@@ -255,8 +255,8 @@ TEST_F(CliComputeTest, SpinClientRunsKernelsForTheGivenTime) {
 }
 
 // Two `fracgpu run` tenants spinning 1 ms kernels on the simulated GPU; `fracgpu set`
-// turns 70/30 into 20/80 and the broker's measured shares follow. Needs a broker with
-// the compute scheduler (compute_measured_share in its status); skipped otherwise.
+// turns 70/30 into 20/80 and the broker's measured shares follow (compute_measured_share
+// in its status).
 TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
   if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
   BrokerProcess broker;
@@ -278,9 +278,8 @@ TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
         return ta && tb && !(*ta)["processes"].empty() && !(*tb)["processes"].empty();
       },
       std::chrono::seconds(20)));
-  if (!device0(broker, "alpha").contains("compute_measured_share")) {
-    GTEST_SKIP() << "this broker does not report compute_measured_share (no compute scheduler yet)";
-  }
+  ASSERT_TRUE(device0(broker, "alpha").contains("compute_measured_share"))
+      << "the broker reports no compute_measured_share: " << device0(broker, "alpha").dump();
   auto shares = [&] {
     return std::make_pair(device0(broker, "alpha").value("compute_measured_share", -1.0),
                           device0(broker, "beta").value("compute_measured_share", -1.0));
@@ -320,7 +319,7 @@ TEST_F(CliComputeTest, DemoShowsSharesLendingAndALiveChange) {
   if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
   auto r = run_process({FRACGPU_TEST_CLI_BIN, "demo"}, {{"FRACGPU_SHIM", FRACGPU_TEST_SHIM}}, std::chrono::seconds(90));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  if (r.out.find("Compute shares: skipped") != std::string::npos) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.out.find("Compute shares: skipped"), std::string::npos) << r.out;
   std::map<int, std::array<double, 3>> at;  // second -> training, inference, notebook (%)
   std::istringstream in(r.out);
   for (std::string line; std::getline(in, line);) {

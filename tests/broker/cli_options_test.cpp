@@ -14,7 +14,7 @@ class RunSplitTest : public ::testing::Test {
   RunSplitTest() {
     app.add_option("--run-dir", run_dir);
     run = app.add_subcommand("run");
-    add_quota_flags(*run, flags, true);
+    add_quota_flags(*run, flags, QuotaCommand::kRun);
     run->add_option("--name", name);
     app.fallthrough();
   }
@@ -155,6 +155,61 @@ TEST(DeviceEntries, PerDeviceMapErrorsAreClear) {
   EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: ", 0), 0u) << error(f, {0, 1});
   f.compute = "0=70,2=30";
   EXPECT_EQ(error(f, {0, 1}), "--compute names GPU 2, which is not one of the tenant's GPUs (--gpu 0,1)");
+}
+
+// `fracgpu run` without --memory: the broker is asked for what is available (and the
+// request is left to its default, 0, unless given); `tenant create` still needs --memory.
+TEST(DeviceEntries, RunWithoutMemoryAsksForTheAvailableMemory) {
+  QuotaFlags f;
+  f.memory_defaults_to_available = true;
+  f.compute = "30";
+  auto d = device_entries(f, {0, 1}, false);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->size(), 2u);
+  for (const auto& entry : *d) {
+    EXPECT_EQ(entry["memory_limit"], "available") << entry.dump();
+    EXPECT_FALSE(entry.contains("memory_request")) << entry.dump();
+    EXPECT_EQ(entry["compute"], 30);
+  }
+  f.memory_request = "1GiB";  // a guarantee without a cap of its own
+  d = device_entries(f, {0}, false);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ((*d)[0]["memory_limit"], "available");
+  EXPECT_EQ((*d)[0]["memory_request"], 1ull << 30);
+  f.memory_request.clear();
+  f.memory = "0=8GiB";  // a GPU the map leaves out gets what is available
+  d = device_entries(f, {0, 1}, false);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ((*d)[0]["memory_limit"], 8ull << 30);
+  EXPECT_EQ((*d)[1]["memory_limit"], "available");
+  f.memory_defaults_to_available = false;
+  f.memory.clear();
+  d = device_entries(f, {0}, false);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error(), "--memory is required (e.g. --memory 8GiB)");
+}
+
+TEST(QuotaFlags, MemoryIsRequiredForTenantCreateOnly) {
+  auto parses = [](QuotaCommand command, std::vector<const char*> args) {
+    CLI::App app;
+    QuotaFlags flags;
+    add_quota_flags(app, flags, command);
+    args.insert(args.begin(), "fracgpu");
+    try {
+      app.parse(static_cast<int>(args.size()), args.data());
+    } catch (const CLI::ParseError&) {
+      return std::make_pair(false, flags);
+    }
+    return std::make_pair(true, flags);
+  };
+  EXPECT_FALSE(parses(QuotaCommand::kCreate, {"--compute", "30"}).first);
+  EXPECT_FALSE(parses(QuotaCommand::kCreate, {"--memory", "1GiB"}).second.memory_defaults_to_available);
+  auto run = parses(QuotaCommand::kRun, {"--compute", "30"});
+  EXPECT_TRUE(run.first);
+  EXPECT_TRUE(run.second.memory_defaults_to_available);
+  auto update = parses(QuotaCommand::kUpdate, {"--compute", "30"});
+  EXPECT_TRUE(update.first);
+  EXPECT_FALSE(update.second.memory_defaults_to_available);
 }
 
 TEST(DeviceEntries, PerDeviceUpdateChangesOnlyTheNamedGpus) {

@@ -36,7 +36,8 @@ TEST_F(CliTest, BadInputIsOneLineAndStartsNothing) {
   expect_usage_error(with({"run", "--memory", "1GiB", "--memory-request", "2GiB"}), "larger than --memory");
   expect_usage_error(with({"run", "--memory", "1GiB", "--name", "Bad Name"}), "tenant name");
   expect_usage_error(with({"run", "--memory", "1GiB", "--frobnicate"}), "--frobnicate");
-  expect_usage_error(with({"run"}), "--memory is required");
+  expect_usage_error(with({"run", "--memory-request", "1XB"}), "unknown unit");
+  expect_usage_error({"tenant", "create", "web"}, "--memory is required");
   expect_usage_error({"run", "--memory", "1GiB"}, "missing the command");
   expect_usage_error({"run", "--memory", "1GiB", "--"}, "missing the command");
   expect_usage_error({"bogus"}, "bogus");
@@ -93,6 +94,50 @@ TEST_F(CliTest, SigtermIsForwardedAndTenantDeleted) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 42);
   EXPECT_FALSE(broker.tenant_status("sig"));
+}
+
+// Without --memory, `fracgpu run` gets the memory no other tenant is guaranteed, as the
+// broker counts it at admission: on the 16 GiB simulated GPU next to a tenant guaranteed
+// 6 GiB, a cap of 10 GiB with nothing guaranteed (or the --memory-request given); refused
+// before the command starts once everything is guaranteed.
+TEST_F(CliTest, RunWithoutMemoryGetsWhatOtherTenantsAreNotGuaranteed) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  ASSERT_TRUE(broker.create_tenant("other", 8 * kGiB, 6 * kGiB));
+  auto env = broker.env();
+  auto gpus = broker.admin({{"op", "gpus"}});
+  ASSERT_TRUE(gpus && (*gpus)["gpus"].size() == 1u) << (gpus ? gpus->dump() : "no reply");
+  const uint64_t total = (*gpus)["gpus"][0]["memory_total"].get<uint64_t>();
+  // The command itself asks the broker for its tenant (FRACGPU_RUN_DIR is the broker's).
+  auto device_of = [&](const std::vector<std::string>& flags, const std::string& name) {
+    std::vector<std::string> args = {"run", "--name", name};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", FRACGPU_TEST_CLI_BIN, "status", "--json"});
+    auto r = fracgpu(args, env);
+    EXPECT_EQ(r.status, 0) << r.err;
+    auto list = nlohmann::json::parse(r.out, nullptr, false);
+    for (const auto& t : list.value("tenants", nlohmann::json::array())) {
+      if (t.value("name", "") == name) return t["devices"][0];
+    }
+    ADD_FAILURE() << "no tenant " << name << " in " << r.out;
+    return nlohmann::json();
+  };
+  auto d = device_of({"--compute", "30"}, "share");
+  EXPECT_EQ(d.value("memory_limit", 0ull), total - 6 * kGiB) << d.dump();
+  EXPECT_EQ(d.value("memory_request", 1ull), 0u) << d.dump();
+  EXPECT_EQ(d.value("compute", 0u), 30u) << d.dump();
+  d = device_of({"--memory-request", "2GiB"}, "guaranteed");
+  EXPECT_EQ(d.value("memory_limit", 0ull), total - 6 * kGiB) << d.dump();
+  EXPECT_EQ(d.value("memory_request", 0ull), 2 * kGiB) << d.dump();
+  EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].size() == 1u);  // both deleted afterwards
+
+  ASSERT_TRUE(broker.create_tenant("rest", total - 6 * kGiB, total - 6 * kGiB));
+  const std::string marker = (scratch.path() / "ran").string();
+  auto r = fracgpu({"run", "--", "/bin/sh", "-c", "touch " + marker}, env);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no memory of GPU 0 is left for a tenant without a memory limit"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
 TEST_F(CliTest, CapLargerThanGpuIsRefused) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "burst_guard.h"  // the shim's decision (interpose/core)
+#include "fracgpu/burst_guard.h"  // the shim's decision
 #include "core/gpu_scheduler.h"
 
 namespace fracgpu::broker {

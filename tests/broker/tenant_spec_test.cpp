@@ -36,6 +36,26 @@ TEST(TenantSpecJson, DefaultsRequestToLimit) {
   EXPECT_EQ(spec->devices[0].priority, PriorityClass::kNormal);
 }
 
+// "available" (fracgpu run without --memory): a limit admission fills in, request 0
+// unless given; only when creating, and only that word.
+TEST(TenantSpecJson, AvailableMemoryLimit) {
+  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  EXPECT_EQ(spec->devices[0].memory_limit, kMemoryLimitAvailable);
+  EXPECT_EQ(spec->devices[0].memory_request, 0u);
+  spec = tenant_spec_from_json(json::parse(
+      R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available","memory_request":5000,"compute":30}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  EXPECT_EQ(spec->devices[0].memory_request, 5000u);
+  EXPECT_EQ(spec->devices[0].compute, 30u);
+  EXPECT_FALSE(tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"all"}]})")).ok());
+  auto existing = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
+  ASSERT_TRUE(existing.ok());
+  auto update = apply_tenant_update(*existing, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
+  ASSERT_FALSE(update.ok());
+  EXPECT_NE(update.error().find("only for creating a tenant"), std::string::npos) << update.error();
+}
+
 TEST(TenantSpecJson, AllFields) {
   auto spec = tenant_spec_from_json(json::parse(
       R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"memory_request":0,"compute":30,"compute_limit":50,"priority":"low"}]})"));

@@ -1,6 +1,7 @@
 // A node broker of our own for integration tests: a private run/state directory, the
-// real fracgpu-broker binary over a private simulated GPU, tenants created through the
-// real CLI, and the tenant's ledger mapped read-only so tests can watch its counters.
+// real fracgpu-broker binary over a private simulated GPU (started by the client
+// library's launcher, client/broker_launcher.h), tenants created through the real CLI,
+// and the tenant's ledger mapped read-only so tests can watch its counters.
 #pragma once
 
 #include <fcntl.h>
@@ -12,6 +13,8 @@
 #include <memory>
 #include <thread>
 
+#include "client/broker_launcher.h"
+#include "client/run_paths.h"
 #include "fracgpu/tenant_segment.h"
 #include "shim_fixture.h"
 
@@ -26,28 +29,28 @@ class BrokerFixture : public ShimFixture {
     start_broker();
   }
   void TearDown() override {
-    broker_.reset();
+    broker_.kill();
     ShimFixture::TearDown();
   }
 
   std::string run_dir() const { return dir_.path() + "/run"; }
   std::string state_dir() const { return dir_.path() + "/state"; }
-  std::string tenant_socket(const std::string& name) const { return run_dir() + "/tenants/" + name + "/broker.sock"; }
+  std::string tenant_socket(const std::string& name) const { return client::tenant_socket_path(run_dir(), name); }
 
   void start_broker() {
-    broker_ = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", state_dir(), "--driver",
-                                 FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto"},
-        base_env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
-    const std::string problem = broker_->wait_until_ready(
-        [&] { return access((run_dir() + "/admin.sock").c_str(), F_OK) == 0 && admin_answers(); },
-        std::chrono::seconds(10));
-    ASSERT_EQ(problem, "") << "the broker did not come up";
+    client::BrokerLaunch launch;
+    launch.program = {FRACGPU_BROKER};
+    launch.run_dir = run_dir();
+    launch.state_dir = state_dir();
+    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto"};
+    launch.environment = base_env_;
+    launch.log_file = dir_.path() + "/broker-" + std::to_string(++broker_starts_) + ".log";
+    launch.ready_timeout = std::chrono::seconds(10);
+    const auto started = broker_.start(launch);
+    ASSERT_TRUE(started.ok()) << started.error() << "\n" << read_text(launch.log_file);
   }
 
-  void kill_broker() { broker_->kill_and_reap(); }
-
-  bool admin_answers() { return cli({"tenant", "list"}).exit_code == 0; }
+  void kill_broker() { broker_.kill(); }
 
   ProcessResult cli(std::vector<std::string> args) {
     args.insert(args.begin(), {FRACGPU_CLI, "--run-dir", run_dir()});
@@ -70,7 +73,7 @@ class BrokerFixture : public ShimFixture {
 
   // The tenant's ledger, mapped read-only.
   const TenantLedger* ledger(const std::string& name) {
-    const std::string path = run_dir() + "/tenants/" + name + "/ledger";
+    const std::string path = client::tenant_dir(run_dir(), name) / "ledger";
     int fd = open(path.c_str(), O_RDONLY);
     if (fd < 0) return nullptr;
     void* p = mmap(nullptr, sizeof(TenantLedger), PROT_READ, MAP_SHARED, fd, 0);
@@ -89,7 +92,7 @@ class BrokerFixture : public ShimFixture {
   }
 
   TempDir dir_{"broker"};
-  std::unique_ptr<BackgroundProcess> broker_;
+  client::BrokerProcess broker_;
   int broker_starts_ = 0;
 };
 

@@ -2,7 +2,7 @@
 // sharing"): the real broker and CLI, a capturing tenant (fracgpu-capture-client) next
 // to a competing tenant (fracgpu-spin-client, 1 ms kernels) so that the scheduler
 // revokes and re-grants the capturing tenant's GPU all the time, over the simulated GPU,
-// which enforces CUDA's capture rules (tests/fakecuda/tests/capture_rules_test.cpp): a
+// which enforces CUDA's capture rules (fakecuda/tests/capture_rules_test.cpp): a
 // shim that makes an unsafe call while a capture is open (an event query of its
 // in-flight limiter, the drainer's context synchronisation) invalidates the capture and
 // these tests fail, as PyTorch failed on the H200.

@@ -337,8 +337,8 @@ TEST_F(ComputeShare, ACeilingOf30HoldsOnAnIdleDevice) {
 // measured natively), because an executor whose host refills its queue before it
 // notices the queue ran dry keeps the engine until its timeslice ends.
 TEST_F(ComputeShare, AHighPriorityTenantsWaitIsBoundedByOneBatchKernel) {
-  broker_->kill_now(SIGTERM);
-  ASSERT_NE(broker_->wait(std::chrono::seconds(5)), -1);
+  broker_.signal(SIGTERM);
+  ASSERT_TRUE(broker_.wait(std::chrono::seconds(5)).has_value());
   shm_unlink(shm_name_.c_str());
   base_env_["FAKECUDA_TIMESLICE_US"] = "1000";
   start_broker();  // creates the device afresh, with the 1 ms timeslice

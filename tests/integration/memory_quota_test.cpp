@@ -219,6 +219,30 @@ TEST_F(MemoryQuota, FracgpuRunEnforcesTheCapWithAPrivateBroker) {
   EXPECT_EQ(result["allocated"].get<uint64_t>(), 768 * kMiB - 64 * kMiB);
 }
 
+// `fracgpu run` without --memory on the 4 GiB simulated GPU: through the node broker,
+// next to a tenant guaranteed 1.5 GiB, the program sees (and can fill) a 2.5 GiB GPU;
+// through a private broker, where no one else is guaranteed anything, the whole 4 GiB.
+TEST_F(MemoryQuota, FracgpuRunWithoutMemoryGetsWhatOthersAreNotGuaranteed) {
+  create_tenant("guaranteed", "3GiB", "1536MiB");
+  Environment env = shim_env();
+  env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+  env["FRACGPU_RUN_DIR"] = run_dir();
+  const std::vector<std::string> fill = {"--", FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)};
+  std::vector<std::string> argv = {FRACGPU_CLI, "run", "--compute", "50"};
+  argv.insert(argv.end(), fill.begin(), fill.end());
+  ProcessResult r = run_process(argv, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto result = last_json_line(r.out);
+  EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB - 1536 * kMiB);
+  EXPECT_EQ(result["allocated"].get<uint64_t>(), 4 * kGiB - 1536 * kMiB - 64 * kMiB);
+
+  env["FRACGPU_RUN_DIR"] = dir_.path() + "/no-node-broker";
+  r = run_process(argv, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  result = last_json_line(r.out);
+  EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB);
+}
+
 }  // namespace
 }  // namespace fracgpu::testing
 

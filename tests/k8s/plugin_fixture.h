@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
+#include "client/broker_launcher.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/slice_ids.h"
 #include "fake_kubelet.h"
@@ -54,7 +55,7 @@ class PluginNodeTest : public ::testing::Test {
     }
     plugin_.reset();
     kubelet_.reset();
-    broker_.reset();
+    broker_.kill();
     for (const auto& name : shm_names_) shm_unlink(name.c_str());
   }
 
@@ -62,16 +63,19 @@ class PluginNodeTest : public ::testing::Test {
   std::string run_dir() const { return dir_.path() + "/run"; }
 
   void start_broker() {
-    broker_ = std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_BROKER, "--run-dir", run_dir(), "--state-dir", dir_.path() + "/state",
-                                 "--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"},
-        env_, dir_.path() + "/broker-" + std::to_string(++broker_starts_));
-    const std::string problem =
-        broker_->wait_until_ready([&] { return static_cast<bool>(admin_.gpus()); }, std::chrono::seconds(10));
-    ASSERT_EQ(problem, "") << "the broker did not come up";
+    client::BrokerLaunch launch;
+    launch.program = {FRACGPU_BROKER};
+    launch.run_dir = run_dir();
+    launch.state_dir = dir_.path() + "/state";
+    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"};
+    launch.environment = env_;
+    launch.log_file = dir_.path() + "/broker-" + std::to_string(++broker_starts_) + ".log";
+    launch.ready_timeout = std::chrono::seconds(10);
+    const auto started = broker_.start(launch);
+    ASSERT_TRUE(started.ok()) << started.error() << "\n" << read_text(launch.log_file);
   }
 
-  void kill_broker() { broker_->kill_and_reap(); }
+  void kill_broker() { broker_.kill(); }
 
   // Starts the plugin (by default with --slices slices_ and extra_args_) and waits for its
   // registrations (registrations_per_start_ of them: one per resource).
@@ -187,7 +191,7 @@ class PluginNodeTest : public ::testing::Test {
   std::vector<std::string> shm_names_;
   k8s::BrokerAdmin admin_{dir_.path() + "/run", k8s::RetryPolicy{1, std::chrono::milliseconds(10),
                                                                  std::chrono::milliseconds(10)}};
-  std::unique_ptr<BackgroundProcess> broker_;
+  client::BrokerProcess broker_;
   int broker_starts_ = 0;
   std::unique_ptr<FakeKubelet> kubelet_;
   std::unique_ptr<BackgroundProcess> plugin_;

@@ -1,6 +1,6 @@
 // BrokerConnection over a socketpair: request/reply framing, replies split across
 // reads, a silent broker (deadline), a vanished broker and an endless line.
-#include "broker_connection.h"
+#include "core/broker_connection.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "fracgpu/futex_word.h"
-#include "grant_gate.h"
-#include "inflight_limiter.h"
+#include "core/grant_gate.h"
+#include "core/inflight_limiter.h"
 
 namespace fracgpu {
 namespace {

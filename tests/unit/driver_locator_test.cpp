@@ -1,6 +1,6 @@
 // Finding the real driver: the ld.so.cache parser (on synthetic caches and on this
 // machine's own cache) and the candidate order.
-#include "driver_locator.h"
+#include "core/driver_locator.h"
 
 #include <gtest/gtest.h>
 

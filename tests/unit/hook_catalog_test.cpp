@@ -1,7 +1,7 @@
 // The hook table against the CUDA toolkit: every row's typedef exists, its exported
 // name follows the driver's naming rule, and cuGetProcAddress-style version selection
 // picks the ABI the driver would.
-#include "hook_catalog.h"
+#include "core/hook_catalog.h"
 
 #include <gtest/gtest.h>
 
@@ -91,6 +91,22 @@ TEST(HookCatalog, CoversEveryPathTheQuotaLogicNeeds) {
                            "cuMemcpyAsync_ptsz", "cuMemsetD8Async", "cuMemsetD32Async_ptsz"}) {
     EXPECT_TRUE(find_hook_by_symbol(name).has_value()) << name;
   }
+}
+
+// Every call that puts work on the GPU is gated (the kind column of tables/hooks.def):
+// kernel and graph launches, asynchronous copies, memsets and prefetches.
+TEST(HookCatalog, EveryLaunchCopyMemsetAndPrefetchIsGated) {
+  const std::regex gated_base(R"(cuLaunch\w*|cuGraphLaunch|cuMemcpy\w*Async|cuMemset\w*Async|cuMemPrefetchAsync)");
+  int gated = 0;
+  for (const HookInfo& info : kHookCatalog) {
+    SCOPED_TRACE(std::string(info.symbol));
+    const bool work = std::regex_match(std::string(info.base), gated_base);
+    EXPECT_EQ(info.kind == HookKind::kGated, work);
+    gated += info.kind == HookKind::kGated;
+  }
+  EXPECT_EQ(gated, 60);
+  EXPECT_EQ(hook_info(HookId::cuInit).kind, HookKind::kForward);
+  EXPECT_EQ(hook_info(HookId::cuMemAlloc_v2).kind, HookKind::kBody);
 }
 
 TEST(HookCatalog, VersionSelectionFollowsTheDriver) {

@@ -1,6 +1,6 @@
 // MemoryLedger against an in-memory quota and ledger: caps, grants, the Dekker
 // re-check against a lowered grant, and racing threads that must never overshoot.
-#include "memory_ledger.h"
+#include "core/memory_ledger.h"
 
 #include <gtest/gtest.h>
 

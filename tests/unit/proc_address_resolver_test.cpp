@@ -1,6 +1,6 @@
 // ProcAddressResolver: the driver's answer is mapped onto our wrapper of the same ABI,
 // by pointer when possible, by catalog otherwise; unhooked functions pass through.
-#include "proc_address_resolver.h"
+#include "core/proc_address_resolver.h"
 
 #include <gtest/gtest.h>
 

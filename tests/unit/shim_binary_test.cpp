@@ -6,7 +6,7 @@
 #include <set>
 #include <unistd.h>
 
-#include "hook_catalog.h"
+#include "core/hook_catalog.h"
 #include "test_files.h"
 
 namespace fracgpu {

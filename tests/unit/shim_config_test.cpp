@@ -1,6 +1,6 @@
 // The shim's environment parsing: defaults, accepted spellings, and bad values that
 // are reported and ignored rather than breaking the application.
-#include "shim_config.h"
+#include "core/shim_config.h"
 
 #include <gtest/gtest.h>
 

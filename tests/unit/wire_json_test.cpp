@@ -1,6 +1,6 @@
 // The shim's flat-JSON reader: fields of the broker's replies, and garbage that must
 // come back as "absent" rather than a crash or a wrong value.
-#include "wire_json.h"
+#include "core/wire_json.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dry run of run_capture_checks.sh without a GPU: the node broker and every `fracgpu run` on the
-# simulated driver (tests/fakecuda), the PyTorch clients replaced by fake_python.py (same files,
+# simulated driver (fakecuda/), the PyTorch clients replaced by fake_python.py (same files,
 # barriers and JSON, made-up rates), the cuda-samples really built with nvcc if --samples is
 # given (they then fail natively: there is no GPU, and they are reported "not judged"). Checks
 # the runner's process control, budget, tenants, report and archive before GPU time is spent.

@@ -1,0 +1,3 @@
+// Offence: the contract includes the core.
+#pragma once
+#include "core/policy.h"

@@ -1,0 +1,2 @@
+// Offence: a same-directory spelling instead of core/policy.h.
+#include "policy.h"
