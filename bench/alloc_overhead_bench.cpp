@@ -18,7 +18,6 @@
 
 namespace {
 
-
 // The simulated GPU and a tenant with an 8 GiB cap on it.
 struct Setup {
   fracgpu::bench::ShimInTenant tenant{"alloc-bench", "16GiB", "8GiB"};
@@ -37,7 +36,8 @@ void BM_AllocFreePair(benchmark::State& state, bool via_shim) {
   auto free_fn = reinterpret_cast<decltype(&cuMemFree_v2)>(dlsym(lib, "cuMemFree_v2"));
   for (auto _ : state) {
     CUdeviceptr p = 0;
-    if (alloc(&p, 1 << 20) != CUDA_SUCCESS || free_fn(p) != CUDA_SUCCESS) state.SkipWithError("alloc failed");
+    if (alloc(&p, 1 << 20) != CUDA_SUCCESS || free_fn(p) != CUDA_SUCCESS)
+      state.SkipWithError("alloc failed");
   }
 }
 

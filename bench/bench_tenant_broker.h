@@ -39,11 +39,15 @@ class TenantBroker {
     launch.program = {FRACGPU_BROKER};
     launch.run_dir = run;
     launch.state_dir = dir_ + "/state";
-    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto", "--log-level",
+    launch.args = {"--driver",
+                   FRACGPU_FAKECUDA_DIR "/libcuda.so.1",
+                   "--context-footprint",
+                   "auto",
+                   "--log-level",
                    "warn"};
     if (auto started = broker_.start(launch); !started) fail(started.error());
-    const std::string create = std::string(FRACGPU_CLI) + " --run-dir " + run + " tenant create bench --memory " +
-                               memory + " --gpu 0 > /dev/null";
+    const std::string create = std::string(FRACGPU_CLI) + " --run-dir " + run +
+                               " tenant create bench --memory " + memory + " --gpu 0 > /dev/null";
     if (std::system(create.c_str()) != 0) fail("cannot create the tenant");
     setenv("FRACGPU_SOCKET", client::tenant_socket_path(run, "bench").c_str(), 1);
   }
@@ -63,7 +67,8 @@ class ShimInTenant {
  public:
   // `label` names the device segment and run directory; `device_memory` sizes the
   // simulated GPU and `tenant_memory` is the tenant's cap.
-  ShimInTenant(const std::string& label, const std::string& device_memory, const std::string& tenant_memory)
+  ShimInTenant(const std::string& label, const std::string& device_memory,
+               const std::string& tenant_memory)
       : shm_("/fracgpu-" + label + "-" + std::to_string(getpid())) {
     setenv("FAKECUDA_SHM_NAME", shm_.c_str(), 1);  // before the broker starts: it inherits them
     setenv("FAKECUDA_MEMORY", device_memory.c_str(), 1);
@@ -76,7 +81,8 @@ class ShimInTenant {
     auto retain = function<decltype(&cuDevicePrimaryCtxRetain)>(shim, "cuDevicePrimaryCtxRetain");
     auto set_current = function<decltype(&cuCtxSetCurrent)>(driver, "cuCtxSetCurrent");
     CUcontext ctx = nullptr;
-    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS)
+    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS ||
+        set_current(ctx) != CUDA_SUCCESS)
       fail("CUDA set-up through the shim failed (is the tenant registered?)");
   }
   ~ShimInTenant() { shm_unlink(shm_.c_str()); }

@@ -52,12 +52,13 @@ struct Setup {
     check(shim.get<decltype(&cuInit)>("cuInit")(0), "cuInit via shim");
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
-    check(driver.get<decltype(&cuDevicePrimaryCtxRetain)>("cuDevicePrimaryCtxRetain")(&ctx, dev), "retain");
+    check(driver.get<decltype(&cuDevicePrimaryCtxRetain)>("cuDevicePrimaryCtxRetain")(&ctx, dev),
+          "retain");
     check(driver.get<decltype(&cuCtxSetCurrent)>("cuCtxSetCurrent")(ctx), "set current");
     CUmodule module = nullptr;
     check(driver.get<decltype(&cuModuleLoadData)>("cuModuleLoadData")(&module, "bench"), "module");
-    check(driver.get<decltype(&cuModuleGetFunction)>("cuModuleGetFunction")(&empty_kernel_direct, module,
-                                                                               "fracgpu_fake_empty"),
+    check(driver.get<decltype(&cuModuleGetFunction)>("cuModuleGetFunction")(
+              &empty_kernel_direct, module, "fracgpu_fake_empty"),
           "fracgpu_fake_empty");
     empty_kernel_shim = empty_kernel_direct;  // same driver objects behind both paths
   }
@@ -76,7 +77,9 @@ Setup& setup() {
   return s;
 }
 
-const Library& pick(bool via_shim) { return via_shim ? setup().shim : setup().driver; }
+const Library& pick(bool via_shim) {
+  return via_shim ? setup().shim : setup().driver;
+}
 
 void BM_cuInit_hooked(benchmark::State& state, bool via_shim) {
   auto fn = pick(via_shim).get<decltype(&cuInit)>("cuInit");

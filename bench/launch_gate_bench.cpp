@@ -25,7 +25,6 @@
 
 namespace {
 
-
 // Stub driver calls for the limiter: every fence completes at once, 1 us apart.
 CUresult stub_ctx(CUcontext* ctx) {
   *ctx = reinterpret_cast<CUcontext>(0x1);
@@ -36,14 +35,22 @@ CUresult stub_create(CUevent* e, unsigned) {
   *e = reinterpret_cast<CUevent>(next++);
   return CUDA_SUCCESS;
 }
-CUresult stub_record(CUevent, CUstream) { return CUDA_SUCCESS; }
-CUresult stub_query(CUevent) { return CUDA_SUCCESS; }
-CUresult stub_sync(CUevent) { return CUDA_SUCCESS; }
+CUresult stub_record(CUevent, CUstream) {
+  return CUDA_SUCCESS;
+}
+CUresult stub_query(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult stub_sync(CUevent) {
+  return CUDA_SUCCESS;
+}
 CUresult stub_elapsed(float* ms, CUevent, CUevent) {
   *ms = 0.001f;
   return CUDA_SUCCESS;
 }
-CUresult stub_destroy(CUevent) { return CUDA_SUCCESS; }
+CUresult stub_destroy(CUevent) {
+  return CUDA_SUCCESS;
+}
 CUresult stub_capturing(CUstream, CUstreamCaptureStatus* s) {
   *s = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
@@ -89,9 +96,11 @@ struct Setup {
   Setup() {
     using fracgpu::bench::ShimInTenant;
     auto load = ShimInTenant::function<decltype(&cuModuleLoadData)>(driver, "cuModuleLoadData");
-    auto get = ShimInTenant::function<decltype(&cuModuleGetFunction)>(driver, "cuModuleGetFunction");
+    auto get =
+        ShimInTenant::function<decltype(&cuModuleGetFunction)>(driver, "cuModuleGetFunction");
     CUmodule module = nullptr;
-    if (load(&module, "bench") != CUDA_SUCCESS || get(&empty, module, "fracgpu_fake_empty") != CUDA_SUCCESS)
+    if (load(&module, "bench") != CUDA_SUCCESS ||
+        get(&empty, module, "fracgpu_fake_empty") != CUDA_SUCCESS)
       fracgpu::bench::fail("cannot load the simulated empty kernel");
   }
 };
@@ -104,7 +113,8 @@ Setup& setup() {
 void BM_EmptyLaunch(benchmark::State& state, bool via_shim) {
   void* lib = via_shim ? setup().shim : setup().driver;
   auto launch = reinterpret_cast<decltype(&cuLaunchKernel)>(dlsym(lib, "cuLaunchKernel"));
-  auto sync = reinterpret_cast<decltype(&cuCtxSynchronize)>(dlsym(setup().driver, "cuCtxSynchronize"));
+  auto sync =
+      reinterpret_cast<decltype(&cuCtxSynchronize)>(dlsym(setup().driver, "cuCtxSynchronize"));
   int64_t n = 0;
   for (auto _ : state) {
     if (launch(setup().empty, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) != CUDA_SUCCESS)

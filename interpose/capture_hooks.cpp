@@ -41,66 +41,69 @@ CUresult HookBody<HookId::cuStreamBeginCapture>::call(PFN_cuStreamBeginCapture_v
   return begin_capture([&] { return real(stream); });
 }
 
-CUresult HookBody<HookId::cuStreamBeginCapture_ptsz>::call(PFN_cuStreamBeginCapture_v10000_ptsz real,
-                                                           CUstream stream) noexcept {
+CUresult HookBody<HookId::cuStreamBeginCapture_ptsz>::call(
+    PFN_cuStreamBeginCapture_v10000_ptsz real, CUstream stream) noexcept {
   return begin_capture([&] { return real(stream); });
 }
 
-CUresult HookBody<HookId::cuStreamBeginCapture_v2>::call(PFN_cuStreamBeginCapture_v10010 real, CUstream stream,
+CUresult HookBody<HookId::cuStreamBeginCapture_v2>::call(PFN_cuStreamBeginCapture_v10010 real,
+                                                         CUstream stream,
                                                          CUstreamCaptureMode mode) noexcept {
   return begin_capture([&] { return real(stream, mode); });
 }
 
-CUresult HookBody<HookId::cuStreamBeginCapture_v2_ptsz>::call(PFN_cuStreamBeginCapture_v10010_ptsz real,
-                                                              CUstream stream, CUstreamCaptureMode mode) noexcept {
+CUresult HookBody<HookId::cuStreamBeginCapture_v2_ptsz>::call(
+    PFN_cuStreamBeginCapture_v10010_ptsz real, CUstream stream, CUstreamCaptureMode mode) noexcept {
   return begin_capture([&] { return real(stream, mode); });
 }
 
-CUresult HookBody<HookId::cuStreamBeginCaptureToGraph>::call(PFN_cuStreamBeginCaptureToGraph_v12030 real,
-                                                             CUstream stream, CUgraph graph,
-                                                             const CUgraphNode* dependencies,
-                                                             const CUgraphEdgeData* edges, size_t count,
-                                                             CUstreamCaptureMode mode) noexcept {
+CUresult HookBody<HookId::cuStreamBeginCaptureToGraph>::call(
+    PFN_cuStreamBeginCaptureToGraph_v12030 real, CUstream stream, CUgraph graph,
+    const CUgraphNode* dependencies, const CUgraphEdgeData* edges, size_t count,
+    CUstreamCaptureMode mode) noexcept {
   return begin_capture([&] { return real(stream, graph, dependencies, edges, count, mode); });
 }
 
 CUresult HookBody<HookId::cuStreamBeginCaptureToGraph_ptsz>::call(
     PFN_cuStreamBeginCaptureToGraph_v12030_ptsz real, CUstream stream, CUgraph graph,
-    const CUgraphNode* dependencies, const CUgraphEdgeData* edges, size_t count, CUstreamCaptureMode mode) noexcept {
+    const CUgraphNode* dependencies, const CUgraphEdgeData* edges, size_t count,
+    CUstreamCaptureMode mode) noexcept {
   return begin_capture([&] { return real(stream, graph, dependencies, edges, count, mode); });
 }
 
-CUresult HookBody<HookId::cuStreamEndCapture>::call(PFN_cuStreamEndCapture_v10000 real, CUstream stream,
-                                                    CUgraph* graph) noexcept {
+CUresult HookBody<HookId::cuStreamEndCapture>::call(PFN_cuStreamEndCapture_v10000 real,
+                                                    CUstream stream, CUgraph* graph) noexcept {
   return end_capture(stream, false, [&] { return real(stream, graph); });
 }
 
-CUresult HookBody<HookId::cuStreamEndCapture_ptsz>::call(PFN_cuStreamEndCapture_v10000_ptsz real, CUstream stream,
-                                                         CUgraph* graph) noexcept {
+CUresult HookBody<HookId::cuStreamEndCapture_ptsz>::call(PFN_cuStreamEndCapture_v10000_ptsz real,
+                                                         CUstream stream, CUgraph* graph) noexcept {
   return end_capture(stream, true, [&] { return real(stream, graph); });
 }
 
-CUresult HookBody<HookId::cuGraphInstantiate>::call(PFN_cuGraphInstantiate_v10000 real, CUgraphExec* exec,
-                                                    CUgraph graph, CUgraphNode* error_node, char* log,
+CUresult HookBody<HookId::cuGraphInstantiate>::call(PFN_cuGraphInstantiate_v10000 real,
+                                                    CUgraphExec* exec, CUgraph graph,
+                                                    CUgraphNode* error_node, char* log,
                                                     size_t log_size) noexcept {
   return instantiate(exec, graph, [&] { return real(exec, graph, error_node, log, log_size); });
 }
 
-CUresult HookBody<HookId::cuGraphInstantiate_v2>::call(PFN_cuGraphInstantiate_v11000 real, CUgraphExec* exec,
-                                                       CUgraph graph, CUgraphNode* error_node, char* log,
+CUresult HookBody<HookId::cuGraphInstantiate_v2>::call(PFN_cuGraphInstantiate_v11000 real,
+                                                       CUgraphExec* exec, CUgraph graph,
+                                                       CUgraphNode* error_node, char* log,
                                                        size_t log_size) noexcept {
   return instantiate(exec, graph, [&] { return real(exec, graph, error_node, log, log_size); });
 }
 
-CUresult HookBody<HookId::cuGraphInstantiateWithFlags>::call(PFN_cuGraphInstantiateWithFlags_v11040 real,
-                                                             CUgraphExec* exec, CUgraph graph,
-                                                             unsigned long long flags) noexcept {
+CUresult HookBody<HookId::cuGraphInstantiateWithFlags>::call(
+    PFN_cuGraphInstantiateWithFlags_v11040 real, CUgraphExec* exec, CUgraph graph,
+    unsigned long long flags) noexcept {
   return instantiate(exec, graph, [&] { return real(exec, graph, flags); });
 }
 
-CUresult HookBody<HookId::cuGraphInstantiateWithParams>::call(PFN_cuGraphInstantiateWithParams_v12000 real,
-                                                              CUgraphExec* exec, CUgraph graph,
-                                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept {
+CUresult HookBody<HookId::cuGraphInstantiateWithParams>::call(
+    PFN_cuGraphInstantiateWithParams_v12000 real, CUgraphExec* exec, CUgraph graph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept {
   return instantiate(exec, graph, [&] { return real(exec, graph, params); });
 }
 
@@ -110,7 +113,8 @@ CUresult HookBody<HookId::cuGraphInstantiateWithParams_ptsz>::call(
   return instantiate(exec, graph, [&] { return real(exec, graph, params); });
 }
 
-CUresult HookBody<HookId::cuGraphExecDestroy>::call(PFN_cuGraphExecDestroy_v10000 real, CUgraphExec exec) noexcept {
+CUresult HookBody<HookId::cuGraphExecDestroy>::call(PFN_cuGraphExecDestroy_v10000 real,
+                                                    CUgraphExec exec) noexcept {
   TenantPolicies* t = tenant();
   return t ? t->graphs.destroy(exec, [&] { return real(exec); }) : real(exec);
 }
@@ -120,8 +124,8 @@ CUresult HookBody<HookId::cuGraphUpload>::call(PFN_cuGraphUpload_v11010 real, CU
   return upload(exec, [&] { return real(exec, stream); });
 }
 
-CUresult HookBody<HookId::cuGraphUpload_ptsz>::call(PFN_cuGraphUpload_v11010_ptsz real, CUgraphExec exec,
-                                                    CUstream stream) noexcept {
+CUresult HookBody<HookId::cuGraphUpload_ptsz>::call(PFN_cuGraphUpload_v11010_ptsz real,
+                                                    CUgraphExec exec, CUstream stream) noexcept {
   return upload(exec, [&] { return real(exec, stream); });
 }
 

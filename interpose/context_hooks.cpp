@@ -6,21 +6,23 @@
 
 namespace fracgpu::shim {
 
-CUresult HookBody<HookId::cuCtxCreate_v2>::call(PFN_cuCtxCreate_v3020 real, CUcontext* ctx, unsigned int flags,
-                                                CUdevice dev) noexcept {
+CUresult HookBody<HookId::cuCtxCreate_v2>::call(PFN_cuCtxCreate_v3020 real, CUcontext* ctx,
+                                                unsigned int flags, CUdevice dev) noexcept {
   TenantPolicies* t = tenant();
-  return t ? t->contexts.create(dev, ctx, [&] { return real(ctx, flags, dev); }) : real(ctx, flags, dev);
+  return t ? t->contexts.create(dev, ctx, [&] { return real(ctx, flags, dev); })
+           : real(ctx, flags, dev);
 }
 
-CUresult HookBody<HookId::cuCtxCreate>::call(PFN_cuCtxCreate_v2000 real, CUcontext* ctx, unsigned int flags,
-                                             CUdevice_v1 dev) noexcept {
+CUresult HookBody<HookId::cuCtxCreate>::call(PFN_cuCtxCreate_v2000 real, CUcontext* ctx,
+                                             unsigned int flags, CUdevice_v1 dev) noexcept {
   TenantPolicies* t = tenant();
-  return t ? t->contexts.create(dev, ctx, [&] { return real(ctx, flags, dev); }) : real(ctx, flags, dev);
+  return t ? t->contexts.create(dev, ctx, [&] { return real(ctx, flags, dev); })
+           : real(ctx, flags, dev);
 }
 
 CUresult HookBody<HookId::cuCtxCreate_v3>::call(PFN_cuCtxCreate_v11040 real, CUcontext* ctx,
-                                                CUexecAffinityParam* params, int count, unsigned int flags,
-                                                CUdevice dev) noexcept {
+                                                CUexecAffinityParam* params, int count,
+                                                unsigned int flags, CUdevice dev) noexcept {
   TenantPolicies* t = tenant();
   return t ? t->contexts.create(dev, ctx, [&] { return real(ctx, params, count, flags, dev); })
            : real(ctx, params, count, flags, dev);
@@ -34,7 +36,8 @@ CUresult HookBody<HookId::cuCtxCreate_v4>::call(PFN_cuCtxCreate_v12050 real, CUc
            : real(ctx, params, flags, dev);
 }
 
-CUresult HookBody<HookId::cuCtxDestroy_v2>::call(PFN_cuCtxDestroy_v4000 real, CUcontext ctx) noexcept {
+CUresult HookBody<HookId::cuCtxDestroy_v2>::call(PFN_cuCtxDestroy_v4000 real,
+                                                 CUcontext ctx) noexcept {
   TenantPolicies* t = tenant();
   return t ? t->destroy_context(ctx, [&] { return real(ctx); }) : real(ctx);
 }
@@ -50,8 +53,8 @@ CUresult HookBody<HookId::cuDevicePrimaryCtxRetain>::call(PFN_cuDevicePrimaryCtx
   return t ? t->contexts.retain_primary(dev, [&] { return real(ctx, dev); }) : real(ctx, dev);
 }
 
-CUresult HookBody<HookId::cuDevicePrimaryCtxRelease_v2>::call(PFN_cuDevicePrimaryCtxRelease_v11000 real,
-                                                              CUdevice dev) noexcept {
+CUresult HookBody<HookId::cuDevicePrimaryCtxRelease_v2>::call(
+    PFN_cuDevicePrimaryCtxRelease_v11000 real, CUdevice dev) noexcept {
   TenantPolicies* t = tenant();
   return t ? t->contexts.release_primary(dev, false, [&] { return real(dev); }) : real(dev);
 }

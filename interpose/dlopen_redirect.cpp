@@ -29,7 +29,8 @@ bool names_cuda_driver(const char* file) noexcept {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void* fracgpu_dlopen_redirect(const char* file, int mode) noexcept {
+extern "C" __attribute__((visibility("hidden"))) void* fracgpu_dlopen_redirect(const char* file,
+                                                                               int mode) noexcept {
   using namespace fracgpu;
   shim::DlopenFn real = shim::real_dlopen();  // also leaves fracgpu_real_dlopen_fn set for the jump
   if (!names_cuda_driver(file) || (mode & RTLD_NOLOAD) != 0) return nullptr;

@@ -34,11 +34,13 @@ DlsymFn glibc_dlsym() {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void* fracgpu_real_dlsym(void* handle, const char* name) {
+extern "C" __attribute__((visibility("hidden"))) void* fracgpu_real_dlsym(void* handle,
+                                                                          const char* name) {
   return glibc_dlsym()(handle, name);
 }
 
-extern "C" __attribute__((visibility("hidden"))) void* fracgpu_dlsym_redirect(void* handle, const char* name) noexcept {
+extern "C" __attribute__((visibility("hidden"))) void* fracgpu_dlsym_redirect(
+    void* handle, const char* name) noexcept {
   glibc_dlsym();  // leaves fracgpu_real_dlsym_fn set for the trampoline's jump
   if (name == nullptr || std::strncmp(name, "nvml", 4) != 0 || handle == RTLD_NEXT) return nullptr;
   return fracgpu::shim::nvml_wrapper_for(handle, name);

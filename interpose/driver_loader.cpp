@@ -22,7 +22,8 @@ Dl_info own_info() noexcept {
 }
 
 bool same_file(const char* a, const char* b) noexcept {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (a == nullptr || b == nullptr || ::stat(a, &sa) != 0 || ::stat(b, &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
@@ -50,7 +51,8 @@ void* try_load(const std::string& path) noexcept {
   }
   void* init = dlsym(handle, "cuInit");
   if (init == nullptr || address_is_in_shim(init) || is_a_fracgpu_shim(handle)) {
-    FRACGPU_LOG(LogLevel::kDebug, "skipping %s: not a CUDA driver, or resolves to the shim", path.c_str());
+    FRACGPU_LOG(LogLevel::kDebug, "skipping %s: not a CUDA driver, or resolves to the shim",
+                path.c_str());
     dlclose(handle);
     return nullptr;
   }

@@ -4,13 +4,12 @@
 // fill it with the real driver's function — or with a stub that returns an error when
 // the driver lacks the symbol, so nothing ever jumps to NULL.
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <cstring>
 
 #include "core/shim_log.h"
 #include "shim_runtime.h"
-
-#include <dlfcn.h>
 
 namespace {
 
@@ -19,12 +18,17 @@ struct ForwarderSlot {
   const char* name;  // the exported symbol
 };
 
-CUresult missing_symbol_stub() noexcept { return CUDA_ERROR_NOT_FOUND; }
-CUresult no_driver_stub() noexcept { return CUDA_ERROR_NOT_INITIALIZED; }
+CUresult missing_symbol_stub() noexcept {
+  return CUDA_ERROR_NOT_FOUND;
+}
+CUresult no_driver_stub() noexcept {
+  return CUDA_ERROR_NOT_INITIALIZED;
+}
 
 }  // namespace
 
-extern "C" __attribute__((visibility("hidden"))) void* fracgpu_resolve_forwarder(ForwarderSlot* slot) noexcept {
+extern "C" __attribute__((visibility("hidden"))) void* fracgpu_resolve_forwarder(
+    ForwarderSlot* slot) noexcept {
   using namespace fracgpu;
   shim::ensure_initialized();
   void* handle = shim::state()->driver_handle;

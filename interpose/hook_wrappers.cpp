@@ -44,10 +44,10 @@ struct Wrapper<Id, CUresult(CUDAAPI*)(Args...)> {
 
 // Targets of the exported trampolines. constinit: fixed at link time, no start-up code.
 extern "C" {
-#define FRACGPU_HOOK(symbol, base, version, pt, kind)                                        \
-  __attribute__((visibility("hidden"))) extern constinit PFN_##base##_v##version##pt const \
-      fracgpu_hook_target_##symbol;                                                      \
-  constinit PFN_##base##_v##version##pt const fracgpu_hook_target_##symbol =             \
+#define FRACGPU_HOOK(symbol, base, version, pt, kind)                                              \
+  __attribute__((visibility(                                                                       \
+      "hidden"))) extern constinit PFN_##base##_v##version##pt const fracgpu_hook_target_##symbol; \
+  constinit PFN_##base##_v##version##pt const fracgpu_hook_target_##symbol =                       \
       &fracgpu::shim::Wrapper<fracgpu::HookId::symbol, PFN_##base##_v##version##pt>::call;
 #include "tables/hooks.def"
 #undef FRACGPU_HOOK
@@ -57,7 +57,8 @@ namespace fracgpu::shim {
 
 std::array<void*, kHookCount> wrapper_addresses() noexcept {
   return {
-#define FRACGPU_HOOK(symbol, base, version, pt, kind) reinterpret_cast<void*>(fracgpu_hook_target_##symbol),
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) \
+  reinterpret_cast<void*>(fracgpu_hook_target_##symbol),
 #include "tables/hooks.def"
 #undef FRACGPU_HOOK
   };

@@ -60,8 +60,8 @@ struct GatedBody {
     const CUstream stream = Locator::get(args...);
     auto submit = [&] { return real(args...); };
     if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
-      return policies->launch_graph<Locator::kFenced>(std::get<0>(std::tuple<Args...>(args...)), stream, per_thread,
-                                                       submit);
+      return policies->launch_graph<Locator::kFenced>(std::get<0>(std::tuple<Args...>(args...)),
+                                                      stream, per_thread, submit);
     } else {
       return policies->compute.launch<Locator::kFenced>(stream, per_thread, submit);
     }
@@ -73,7 +73,8 @@ struct GatedBody {
 #define FRACGPU_GATED_GATED(symbol, pfn, locator) \
   template <>                                     \
   struct HookBody<HookId::symbol> : GatedBody<HookId::symbol, locator> {};
-#define FRACGPU_HOOK(symbol, base, version, pt, kind) FRACGPU_HOOK_KIND(FRACGPU_GATED, symbol, -, kind)
+#define FRACGPU_HOOK(symbol, base, version, pt, kind) \
+  FRACGPU_HOOK_KIND(FRACGPU_GATED, symbol, -, kind)
 #include "tables/hooks.def"
 #undef FRACGPU_HOOK
 #undef FRACGPU_GATED_FORWARD

@@ -98,10 +98,10 @@ nvml::Return memory_info(nvml::Device device, Memory* memory) {
 }  // namespace
 }  // namespace fracgpu::shim
 
-#define FRACGPU_NVML_HOOK(name, memory)                                                                    \
-  extern "C" __attribute__((visibility("default"))) int name(fracgpu::nvml::Device device,                 \
-                                                             fracgpu::nvml::memory* info) {                \
-    return fracgpu::shim::memory_info<fracgpu::shim::NvmlHook::name>(device, info);                        \
+#define FRACGPU_NVML_HOOK(name, memory)                                                     \
+  extern "C" __attribute__((visibility("default"))) int name(fracgpu::nvml::Device device,  \
+                                                             fracgpu::nvml::memory* info) { \
+    return fracgpu::shim::memory_info<fracgpu::shim::NvmlHook::name>(device, info);         \
   }
 #include "tables/nvml_hooks.def"
 #undef FRACGPU_NVML_HOOK
@@ -117,7 +117,8 @@ void* nvml_wrapper_for(void* handle, const char* name) {
 #undef FRACGPU_NVML_HOOK
   };
   int row = 0;
-  while (row < static_cast<int>(NvmlHook::kCount) && std::strcmp(name, g_slots[row].name) != 0) ++row;
+  while (row < static_cast<int>(NvmlHook::kCount) && std::strcmp(name, g_slots[row].name) != 0)
+    ++row;
   if (row == static_cast<int>(NvmlHook::kCount)) return nullptr;
   void* wrapper = wrappers[row];
   void* real = fracgpu_real_dlsym(handle, name);

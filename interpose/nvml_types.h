@@ -31,7 +31,8 @@ struct MemoryV2 {  // nvmlMemory_v2_t
 };
 
 // NVML_STRUCT_VERSION(Memory, 2): the struct size with the version in the top byte.
-inline constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
+inline constexpr unsigned int kMemoryV2Version =
+    static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
 inline constexpr unsigned int kUuidBufferSize = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 
 using GetMemoryInfoFn = Return (*)(Device, Memory*);

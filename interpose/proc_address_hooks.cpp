@@ -6,7 +6,8 @@
 #include "hook_bodies.h"
 #include "shim_runtime.h"
 
-static_assert(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM == fracgpu::kProcAddressPerThreadStreamFlag);
+static_assert(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM ==
+              fracgpu::kProcAddressPerThreadStreamFlag);
 
 namespace fracgpu::shim {
 namespace {
@@ -14,23 +15,24 @@ namespace {
 void swap_for_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) noexcept {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
   void* chosen = state()->proc_address.translate(symbol, *pfn, cuda_version, flags);
-  if (chosen != *pfn) FRACGPU_LOG(LogLevel::kTrace, "cuGetProcAddress(%s, %d): wrapped", symbol, cuda_version);
+  if (chosen != *pfn)
+    FRACGPU_LOG(LogLevel::kTrace, "cuGetProcAddress(%s, %d): wrapped", symbol, cuda_version);
   *pfn = chosen;
 }
 
 }  // namespace
 
-CUresult HookBody<HookId::cuGetProcAddress>::call(PFN_cuGetProcAddress_v11030 real, const char* symbol,
-                                                  void** pfn, int cuda_version, cuuint64_t flags) noexcept {
+CUresult HookBody<HookId::cuGetProcAddress>::call(PFN_cuGetProcAddress_v11030 real,
+                                                  const char* symbol, void** pfn, int cuda_version,
+                                                  cuuint64_t flags) noexcept {
   CUresult result = real(symbol, pfn, cuda_version, flags);
   if (result == CUDA_SUCCESS) swap_for_wrapper(symbol, pfn, cuda_version, flags);
   return result;
 }
 
-CUresult HookBody<HookId::cuGetProcAddress_v2>::call(PFN_cuGetProcAddress_v12000 real,
-                                                     const char* symbol, void** pfn,
-                                                     int cuda_version, cuuint64_t flags,
-                                                     CUdriverProcAddressQueryResult* status) noexcept {
+CUresult HookBody<HookId::cuGetProcAddress_v2>::call(
+    PFN_cuGetProcAddress_v12000 real, const char* symbol, void** pfn, int cuda_version,
+    cuuint64_t flags, CUdriverProcAddressQueryResult* status) noexcept {
   CUresult result = real(symbol, pfn, cuda_version, flags, status);
   if (result == CUDA_SUCCESS) swap_for_wrapper(symbol, pfn, cuda_version, flags);
   return result;

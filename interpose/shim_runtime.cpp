@@ -46,7 +46,9 @@ struct Tenancy {
 };
 Tenancy* g_tenancy = nullptr;
 
-void* driver_symbol(void* driver, const char* name) { return driver != nullptr ? dlsym(driver, name) : nullptr; }
+void* driver_symbol(void* driver, const char* name) {
+  return driver != nullptr ? dlsym(driver, name) : nullptr;
+}
 
 // The child of fork() keeps no broker connection, capture or drainer of its parent's.
 void tenant_after_fork_in_child() {
@@ -61,7 +63,8 @@ void tenant_after_fork_in_child() {
 // (core/capture_tracker.h). Returns false only when a configured broker cannot be
 // reached.
 bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
-  if (!config.socket_explicit && ::access(config.socket_path.c_str(), F_OK) != 0) return true;  // no tenant here
+  if (!config.socket_explicit && ::access(config.socket_path.c_str(), F_OK) != 0)
+    return true;  // no tenant here
   auto* tenancy = new Tenancy();
   if (!tenancy->session.attach(config.socket_path, kConnectTimeoutMs, error)) {
     delete tenancy;
@@ -69,13 +72,14 @@ bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
   }
   resolve_driver_calls(&driver_symbol, driver, &tenancy->calls);
   resolve_driver_calls(&driver_symbol, driver, &tenancy->fence_ops);
-  FRACGPU_LOG(LogLevel::kInfo, "registered with tenant '%s' (slot %u)", tenancy->session.tenant().c_str(),
-              tenancy->session.slot());
+  FRACGPU_LOG(LogLevel::kInfo, "registered with tenant '%s' (slot %u)",
+              tenancy->session.tenant().c_str(), tenancy->session.slot());
   CaptureOps capture_ops;
   resolve_driver_calls(&driver_symbol, driver, &capture_ops);
   CaptureTracker::process().init(capture_ops);
-  tenancy->policies = new TenantPolicies(tenancy->session, tenancy->calls, tenancy->fence_ops,
-                                         CaptureTracker::process(), tenancy->session.directory() + "/doorbell");
+  tenancy->policies =
+      new TenantPolicies(tenancy->session, tenancy->calls, tenancy->fence_ops,
+                         CaptureTracker::process(), tenancy->session.directory() + "/doorbell");
   g_tenancy = tenancy;
   pthread_atfork(nullptr, nullptr, &tenant_after_fork_in_child);
   return true;
@@ -87,10 +91,11 @@ bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
 void join_tenant(ShimState* s, void* driver) noexcept {
   std::string error;
   if (start_tenant(s->config, driver, &error)) return;
-  FRACGPU_LOG(LogLevel::kError,
-              "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
-              "until the broker runs",
-              s->config.socket_path.c_str(), error.c_str());
+  FRACGPU_LOG(
+      LogLevel::kError,
+      "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
+      "until the broker runs",
+      s->config.socket_path.c_str(), error.c_str());
   s->driver_handle = nullptr;
 }
 
@@ -118,9 +123,11 @@ void initialize_once() noexcept {
 void warn_unavailable(std::string_view symbol) noexcept {
   const int n = static_cast<int>(symbol.size());
   if (state() != nullptr && state()->driver_handle != nullptr)
-    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s is not provided by the CUDA driver", n, symbol.data());
+    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s is not provided by the CUDA driver", n,
+                       symbol.data());
   else
-    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8, "%.*s fails: CUDA is unavailable to this process (no driver in use)", n,
+    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8,
+                       "%.*s fails: CUDA is unavailable to this process (no driver in use)", n,
                        symbol.data());
 }
 
@@ -129,10 +136,16 @@ void initialize_slow() noexcept {
   g_initialized.store(true, std::memory_order_release);
 }
 
-ShimState* state() noexcept { return g_state.load(std::memory_order_acquire); }
+ShimState* state() noexcept {
+  return g_state.load(std::memory_order_acquire);
+}
 
-TenantSession* tenant_session() noexcept { return g_tenancy != nullptr ? &g_tenancy->session : nullptr; }
-TenantPolicies* tenant() noexcept { return g_tenancy != nullptr ? g_tenancy->policies : nullptr; }
+TenantSession* tenant_session() noexcept {
+  return g_tenancy != nullptr ? &g_tenancy->session : nullptr;
+}
+TenantPolicies* tenant() noexcept {
+  return g_tenancy != nullptr ? g_tenancy->policies : nullptr;
+}
 
 }  // namespace fracgpu::shim
 
@@ -141,9 +154,10 @@ __attribute__((destructor)) static void fracgpu_write_hook_stats() {
   using namespace fracgpu;
   shim::ShimState* s = shim::state();
   if (s == nullptr || s->config.hook_stats_path.empty()) return;
-  const std::string path = expand_pid_pattern(s->config.hook_stats_path, static_cast<int>(getpid()));
-  const std::string json = HookStats::to_json(static_cast<int>(getpid()), s->driver_path,
-                                              s->proc_address.stats());
+  const std::string path =
+      expand_pid_pattern(s->config.hook_stats_path, static_cast<int>(getpid()));
+  const std::string json =
+      HookStats::to_json(static_cast<int>(getpid()), s->driver_path, s->proc_address.stats());
   if (!HookStats::write_file(path, json)) {
     FRACGPU_LOG(LogLevel::kWarn, "cannot write hook stats to %s", path.c_str());
   }

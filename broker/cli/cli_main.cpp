@@ -1,11 +1,10 @@
-// fracgpu: the user CLI (run, set, status, top, tenant, broker, demo). Parsing only; every command is
-// implemented in fracgpu_cli_commands (cli/*). Parse errors are one line on stderr and
-// exit status 2, before anything is contacted or started.
+// fracgpu: the user CLI (run, set, status, top, tenant, broker, demo). Parsing only; every command
+// is implemented in fracgpu_cli_commands (cli/*). Parse errors are one line on stderr and exit
+// status 2, before anything is contacted or started.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/cli_options.h"
 #include "cli/demo_command.h"
@@ -33,19 +32,24 @@ struct Commands {
 };
 
 void define_run(CLI::App& app, Commands& c) {
-  c.run_cmd = app.add_subcommand("run", "Run a command as a tenant with a GPU memory cap and compute share");
+  c.run_cmd = app.add_subcommand(
+      "run", "Run a command as a tenant with a GPU memory cap and compute share");
   cli::add_quota_flags(*c.run_cmd, c.run.quota, cli::QuotaCommand::kRun);
   c.run_cmd->add_option("--name", c.run.name, "Tenant name (default run-<pid>)");
   c.run_cmd->footer(
       "Usage: fracgpu run [--memory SIZE] [options] [--] CMD [ARGS...]\n"
-      "Without --memory the command may use the GPU's memory that no other tenant is guaranteed (its\n"
-      "capacity minus the other tenants' --memory-request, counted when the tenant is created), with\n"
-      "nothing guaranteed unless --memory-request is given (for a command that wants a compute share\n"
+      "Without --memory the command may use the GPU's memory that no other tenant is guaranteed "
+      "(its\n"
+      "capacity minus the other tenants' --memory-request, counted when the tenant is created), "
+      "with\n"
+      "nothing guaranteed unless --memory-request is given (for a command that wants a compute "
+      "share\n"
       "and no cap of its own).");
 }
 
 void define_tenant(CLI::App& app, Commands& c) {
-  auto* tenant = app.add_subcommand("tenant", "Manage the node broker's tenants")->require_subcommand(1);
+  auto* tenant =
+      app.add_subcommand("tenant", "Manage the node broker's tenants")->require_subcommand(1);
   c.create_cmd = tenant->add_subcommand("create", "Create a tenant");
   c.create_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   cli::add_quota_flags(*c.create_cmd, c.create_flags, cli::QuotaCommand::kCreate);
@@ -58,15 +62,18 @@ void define_tenant(CLI::App& app, Commands& c) {
 }
 
 void define_set_and_top(CLI::App& app, Commands& c) {
-  c.set_cmd = app.add_subcommand("set", "Change a tenant's compute share, ceiling, priority or memory while it runs");
+  c.set_cmd = app.add_subcommand(
+      "set", "Change a tenant's compute share, ceiling, priority or memory while it runs");
   c.set_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   cli::add_quota_flags(*c.set_cmd, c.set_flags, cli::QuotaCommand::kUpdate);
   c.set_cmd->footer(
-      "Usage: fracgpu set TENANT [--compute N[%]] [--compute-limit N[%]|none] [--priority high|normal|low]\n"
+      "Usage: fracgpu set TENANT [--compute N[%]] [--compute-limit N[%]|none] [--priority "
+      "high|normal|low]\n"
       "                          [--memory SIZE] [--gpu INDEX]\n"
       "The same as `fracgpu tenant update`; the broker applies compute changes within 200 ms.");
   c.top_cmd = app.add_subcommand("top", "Live view of tenants, memory and measured compute shares");
-  c.top_cmd->add_option("--interval", c.top.interval, "Seconds between refreshes, 0.1-3600 (default 1)");
+  c.top_cmd->add_option("--interval", c.top.interval,
+                        "Seconds between refreshes, 0.1-3600 (default 1)");
   c.top_cmd->add_option("--count", c.top.count, "Stop after N refreshes (default: until Ctrl-C)");
 }
 
@@ -104,7 +111,8 @@ std::string explain(CLI::App& app, const CLI::ParseError& e) {
     for (const CLI::App* s : level->get_subcommands([](CLI::App*) { return true; })) {
       names += (names.empty() ? "" : ", ") + s->get_name();
     }
-    return "unknown command '" + extra.front() + "'" + (names.empty() ? "" : " (commands: " + names + ")");
+    return "unknown command '" + extra.front() + "'" +
+           (names.empty() ? "" : " (commands: " + names + ")");
   }
   return e.what();
 }
@@ -116,10 +124,12 @@ int main(int argc, char** argv) {
   CLI::App app{"fracgpu: fractions of a GPU with enforced memory caps and compute shares"};
   app.require_subcommand(1);
   app.fallthrough();
-  app.add_option("--run-dir", c.run_dir, std::string("The broker's run directory (default ") + paths::kRunDir + ")")
+  app.add_option("--run-dir", c.run_dir,
+                 std::string("The broker's run directory (default ") + paths::kRunDir + ")")
       ->envname("FRACGPU_RUN_DIR");
   define_run(app, c);
-  c.demo_cmd = app.add_subcommand("demo", "Show fracgpu on the simulated GPU (no NVIDIA GPU needed)");
+  c.demo_cmd =
+      app.add_subcommand("demo", "Show fracgpu on the simulated GPU (no NVIDIA GPU needed)");
   c.status_cmd = app.add_subcommand("status", "Show tenants, caps and usage");
   c.status_cmd->add_flag("--json", c.status_json, "Print the broker's JSON instead of a table");
   define_set_and_top(app, c);

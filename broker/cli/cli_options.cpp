@@ -2,10 +2,9 @@
 // core/quantity_parser).
 #include "cli/cli_options.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-
-#include <CLI/CLI.hpp>
 
 #include "core/quantity_parser.h"
 #include "core/tenant_spec.h"
@@ -24,17 +23,20 @@ using nlohmann::json;
 // tenant is created, 0 is refused, since it reads like "no compute at all".
 Result<uint32_t> parse_ceiling(const std::string& text, bool partial) {
   std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (lower == "none") return 0u;
   if (lower == "0" || lower == "0%") {
     if (partial) return 0u;
-    return Result<uint32_t>::failure("--compute-limit '" + text +
-                                     "' is not a ceiling (1-100%); for no ceiling leave it out or give none");
+    return Result<uint32_t>::failure(
+        "--compute-limit '" + text +
+        "' is not a ceiling (1-100%); for no ceiling leave it out or give none");
   }
   auto v = parse_percent(text, "--compute-limit");
   if (!v) {
-    return Result<uint32_t>::failure("--compute-limit '" + text.substr(0, 40) +
-                                     "' must be a whole percentage of one GPU from 1 to 100 (e.g. 50 or 50%), or none");
+    return Result<uint32_t>::failure(
+        "--compute-limit '" + text.substr(0, 40) +
+        "' must be a whole percentage of one GPU from 1 to 100 (e.g. 50 or 50%), or none");
   }
   return *v;
 }
@@ -54,8 +56,10 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
   if (!f.memory_request.empty()) {
     auto v = parse_size_allow_zero(f.memory_request, "--memory-request");
     if (!v) return Result<json>::failure(v.error());
-    if (d.contains("memory_limit") && d["memory_limit"].is_number() && *v > d["memory_limit"].get<uint64_t>()) {
-      return Result<json>::failure("--memory-request " + f.memory_request + " is larger than --memory " + f.memory);
+    if (d.contains("memory_limit") && d["memory_limit"].is_number() &&
+        *v > d["memory_limit"].get<uint64_t>()) {
+      return Result<json>::failure("--memory-request " + f.memory_request +
+                                   " is larger than --memory " + f.memory);
     }
     d["memory_request"] = *v;
   }
@@ -74,8 +78,9 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
     if (!p) return Result<json>::failure("--priority: " + p.error());
     d["priority"] = f.priority;
     if (*p == PriorityClass::kHigh && d.value("compute_limit", 0u) > 0) {
-      return Result<json>::failure("--priority high cannot have a --compute-limit: a high-priority tenant runs "
-                                   "whenever it has work (leave the ceiling out, or give --compute-limit none)");
+      return Result<json>::failure(
+          "--priority high cannot have a --compute-limit: a high-priority tenant runs "
+          "whenever it has work (leave the ceiling out, or give --compute-limit none)");
     }
   }
   return d;
@@ -84,23 +89,31 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
 }  // namespace
 
 void add_quota_flags(CLI::App& app, QuotaFlags& f, QuotaCommand command) {
-  std::string memory_help = "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824), or per device: 0=8GiB,1=4GiB";
-  std::string request_help = "Guaranteed memory per GPU (default: the cap), or per device: 0=4GiB,1=0";
+  std::string memory_help =
+      "Device-memory cap per GPU (e.g. 8GiB, 1.5GB, 1073741824), or per device: 0=8GiB,1=4GiB";
+  std::string request_help =
+      "Guaranteed memory per GPU (default: the cap), or per device: 0=4GiB,1=0";
   if (command == QuotaCommand::kRun) {
-    memory_help += " (default: the GPU's memory that no other tenant is guaranteed, as the broker counts it "
-                   "when the tenant is created)";
-    request_help = "Guaranteed memory per GPU (default: the cap; 0 for a GPU without --memory), or per device: "
-                   "0=4GiB,1=0";
+    memory_help +=
+        " (default: the GPU's memory that no other tenant is guaranteed, as the broker counts it "
+        "when the tenant is created)";
+    request_help =
+        "Guaranteed memory per GPU (default: the cap; 0 for a GPU without --memory), or per "
+        "device: "
+        "0=4GiB,1=0";
   }
   auto* memory = app.add_option("--memory", f.memory, memory_help);
   if (command == QuotaCommand::kCreate) memory->required();
   f.memory_defaults_to_available = command == QuotaCommand::kRun;
   app.add_option("--memory-request", f.memory_request, request_help);
-  app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")->delimiter(',');
+  app.add_option("--gpu", f.gpus, "GPU index(es) on this node, e.g. 0 or 0,1 (default 0)")
+      ->delimiter(',');
   app.add_option("--compute", f.compute,
-                 "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100), or per device: 0=70,1=30");
+                 "Compute share under contention, 1-100 (e.g. 30 or 30%; default 100), or per "
+                 "device: 0=70,1=30");
   app.add_option("--compute-limit", f.compute_limit,
-                 "Hard compute ceiling, 1-100% of the GPU, or none (default none), or per device: 0=50,1=none");
+                 "Hard compute ceiling, 1-100% of the GPU, or none (default none), or per device: "
+                 "0=50,1=none");
   app.add_option("--priority", f.priority, "high, normal or low (default normal)");
 }
 
@@ -108,9 +121,12 @@ Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {
   if (given.empty()) return std::vector<unsigned>{0};
   std::vector<unsigned> seen;
   for (unsigned g : given) {
-    if (g >= 16) return Result<std::vector<unsigned>>::failure("--gpu " + std::to_string(g) + " is not a GPU index (0-15)");
+    if (g >= 16)
+      return Result<std::vector<unsigned>>::failure("--gpu " + std::to_string(g) +
+                                                    " is not a GPU index (0-15)");
     if (std::find(seen.begin(), seen.end(), g) != seen.end()) {
-      return Result<std::vector<unsigned>>::failure("--gpu lists GPU " + std::to_string(g) + " twice");
+      return Result<std::vector<unsigned>>::failure("--gpu lists GPU " + std::to_string(g) +
+                                                    " twice");
     }
     seen.push_back(g);
   }
@@ -124,7 +140,8 @@ Result<PerDevice> parse_per_device(const std::string& text, const std::string& f
     return result;
   }
   result.is_map = true;
-  const std::string example = flag == "--compute" || flag == "--compute-limit" ? "0=70,1=30" : "0=8GiB,1=4GiB";
+  const std::string example =
+      flag == "--compute" || flag == "--compute-limit" ? "0=70,1=30" : "0=8GiB,1=4GiB";
   size_t start = 0;
   for (;;) {
     const size_t end = std::min(text.find(',', start), text.size());
@@ -132,14 +149,16 @@ Result<PerDevice> parse_per_device(const std::string& text, const std::string& f
     const size_t eq = entry.find('=');
     const std::string key = eq == std::string::npos ? entry : entry.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : entry.substr(eq + 1);
-    const bool digits = !key.empty() && key.size() <= 2 &&
-                        std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    const bool digits =
+        !key.empty() && key.size() <= 2 &&
+        std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
     if (!digits || value.empty() || value.find('=') != std::string::npos) {
-      return Result<PerDevice>::failure(flag + " entry '" + entry.substr(0, 40) + "' must be GPU=VALUE (e.g. " + flag +
-                                        " " + example + ")");
+      return Result<PerDevice>::failure(flag + " entry '" + entry.substr(0, 40) +
+                                        "' must be GPU=VALUE (e.g. " + flag + " " + example + ")");
     }
     const unsigned gpu = static_cast<unsigned>(std::stoul(key));
-    if (gpu >= 16) return Result<PerDevice>::failure(flag + ": " + key + " is not a GPU index (0-15)");
+    if (gpu >= 16)
+      return Result<PerDevice>::failure(flag + ": " + key + " is not a GPU index (0-15)");
     for (const auto& [seen, unused] : result.entries) {
       (void)unused;
       if (seen == gpu) return Result<PerDevice>::failure(flag + " names GPU " + key + " twice");
@@ -170,7 +189,8 @@ std::string value_for(const PerDevice& v, unsigned gpu) {
 
 }  // namespace
 
-Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial) {
+Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus,
+                            bool partial) {
   struct Flag {
     const std::string* text;
     const char* name;
@@ -190,7 +210,8 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
       (void)value;
       if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) {
         return Result<json>::failure(std::string(f.name) + " names GPU " + std::to_string(g) +
-                                     ", which is not one of the tenant's GPUs (--gpu " + gpu_list_text(gpus) + ")");
+                                     ", which is not one of the tenant's GPUs (--gpu " +
+                                     gpu_list_text(gpus) + ")");
       }
     }
   }
@@ -199,8 +220,9 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
   if (!partial && per_device[0].parsed.is_map && !flags.memory_defaults_to_available) {
     for (unsigned g : gpus) {
       if (value_for(per_device[0].parsed, g).empty()) {
-        return Result<json>::failure("--memory gives no cap for GPU " + std::to_string(g) + " (--gpu " +
-                                     gpu_list_text(gpus) + "); every GPU of the tenant needs one");
+        return Result<json>::failure("--memory gives no cap for GPU " + std::to_string(g) +
+                                     " (--gpu " + gpu_list_text(gpus) +
+                                     "); every GPU of the tenant needs one");
       }
     }
   }
@@ -212,7 +234,9 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
     one.compute = value_for(per_device[2].parsed, g);
     one.compute_limit = value_for(per_device[3].parsed, g);
     auto d = common_fields(one, partial);
-    if (!d) return Result<json>::failure(any_map ? "GPU " + std::to_string(g) + ": " + d.error() : d.error());
+    if (!d)
+      return Result<json>::failure(any_map ? "GPU " + std::to_string(g) + ": " + d.error()
+                                           : d.error());
     // A per-device change leaves the GPUs it does not name alone.
     if (partial && any_map && d->empty()) continue;
     (*d)["gpu"] = g;
@@ -223,7 +247,8 @@ Result<json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>
 
 std::vector<unsigned> per_device_gpus(const QuotaFlags& flags) {
   std::vector<unsigned> gpus;
-  for (const std::string* text : {&flags.memory, &flags.memory_request, &flags.compute, &flags.compute_limit}) {
+  for (const std::string* text :
+       {&flags.memory, &flags.memory_request, &flags.compute, &flags.compute_limit}) {
     auto parsed = parse_per_device(*text, "");
     if (!parsed) continue;
     for (const auto& [g, value] : parsed->entries) {

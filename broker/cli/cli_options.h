@@ -5,12 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
@@ -49,7 +48,7 @@ void add_quota_flags(CLI::App& app, QuotaFlags& flags, QuotaCommand command);
 // each value non-empty (checked further by device_entries).
 struct PerDevice {
   bool is_map = false;
-  std::string single;                                      // when !is_map
+  std::string single;                                     // when !is_map
   std::vector<std::pair<unsigned, std::string>> entries;  // when is_map, in the given order
 };
 Result<PerDevice> parse_per_device(const std::string& text, const std::string& flag);
@@ -60,7 +59,8 @@ Result<PerDevice> parse_per_device(const std::string& text, const std::string& f
 // A per-device map may name only GPUs in `gpus`; when creating, a --memory map must
 // name every one of them (or the rest get "available", as above). In an update, GPUs
 // that no map names and no plain flag changes are left out.
-Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus, bool partial);
+Result<nlohmann::json> device_entries(const QuotaFlags& flags, const std::vector<unsigned>& gpus,
+                                      bool partial);
 
 // The GPUs named by the per-device maps of `flags`, in first-seen order (empty if none).
 std::vector<unsigned> per_device_gpus(const QuotaFlags& flags);

@@ -51,7 +51,8 @@ std::vector<std::string> build_environment(const std::map<std::string, std::stri
   return env;
 }
 
-[[noreturn]] void exec_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, int err_fd) {
+[[noreturn]] void exec_child(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, int err_fd) {
   restore_default_signals();
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -82,7 +83,8 @@ std::string prepend_preload(const std::string& shim, const char* existing) {
   return shim + ":" + existing;
 }
 
-CommandResult run_command(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env_overrides) {
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env_overrides) {
   const std::vector<std::string> env = build_environment(env_overrides);
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return {125, std::string("pipe: ") + std::strerror(errno)};
@@ -105,7 +107,8 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::map<s
   g_child.store(0);
   restore_default_signals();
   if (n == sizeof exec_errno) {
-    return {exec_errno == ENOENT ? 127 : 126, "cannot run '" + argv[0] + "': " + std::strerror(exec_errno)};
+    return {exec_errno == ENOENT ? 127 : 126,
+            "cannot run '" + argv[0] + "': " + std::strerror(exec_errno)};
   }
   return {status, ""};
 }

@@ -18,7 +18,8 @@ struct CommandResult {
 // Runs `argv` (PATH-searched) with `env_overrides` applied over the current environment.
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to the CLI itself are forwarded to the command;
 // those the terminal sends to the whole foreground group already reach it directly.
-CommandResult run_command(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env_overrides);
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env_overrides);
 
 // "<shim>" or "<shim>:<existing LD_PRELOAD>".
 std::string prepend_preload(const std::string& shim, const char* existing);

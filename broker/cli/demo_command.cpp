@@ -23,11 +23,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/command_runner.h"
 #include "cli/run_command.h"
@@ -63,7 +62,8 @@ bool locate(DemoPaths* paths, std::string* problem) {
   paths->shim = *shim;
   for (const fs::path& p : {paths->fake_driver, paths->workload}) {
     if (!fs::exists(p)) {
-      *problem = "the demo runs on fracgpu's simulated GPU from a build tree; " + p.string() + " is missing";
+      *problem = "the demo runs on fracgpu's simulated GPU from a build tree; " + p.string() +
+                 " is missing";
       return false;
     }
   }
@@ -129,8 +129,10 @@ int cli(const DemoPaths& paths, const fs::path& run_dir, std::vector<std::string
 }
 
 // What the workload reports after filling its slice (and holding it when asked).
-double fill(const DemoPaths& paths, const fs::path& run_dir, const std::string& tenant, Workload* keep) {
-  Workload w = start_workload(paths, run_dir, tenant, {"fill", "--chunk", "268435456", "--hold", keep ? "1" : "0"});
+double fill(const DemoPaths& paths, const fs::path& run_dir, const std::string& tenant,
+            Workload* keep) {
+  Workload w = start_workload(paths, run_dir, tenant,
+                              {"fill", "--chunk", "268435456", "--hold", keep ? "1" : "0"});
   nlohmann::json result = first_line(w);
   const double got = gib(result, "allocated") + 0.5;  // + the CUDA context's own 512 MiB
   if (keep != nullptr) {
@@ -142,7 +144,9 @@ double fill(const DemoPaths& paths, const fs::path& run_dir, const std::string& 
   return got;
 }
 
-void say(const char* text) { std::printf("%s\n", text), std::fflush(stdout); }
+void say(const char* text) {
+  std::printf("%s\n", text), std::fflush(stdout);
+}
 
 // A `fracgpu` command whose own output is not shown (the demo prints what it ran).
 int quiet_cli(const DemoPaths& paths, const fs::path& run_dir, std::vector<std::string> args) {
@@ -171,7 +175,8 @@ std::map<std::string, double> measured_shares(const fs::path& run_dir) {
   if (!list) return shares;
   for (const auto& t : list->value("tenants", nlohmann::json::array())) {
     for (const auto& d : t.value("devices", nlohmann::json::array())) {
-      if (d.value("gpu", 99u) == 0 && d.contains("compute_measured_share") && d["compute_measured_share"].is_number()) {
+      if (d.value("gpu", 99u) == 0 && d.contains("compute_measured_share") &&
+          d["compute_measured_share"].is_number()) {
         shares[t.value("name", "")] = d["compute_measured_share"].get<double>();
       }
     }
@@ -198,7 +203,8 @@ bool still_running(Workload& w, const std::string& tenant) {
   int status = 0;
   if (waitpid(w.pid, &status, WNOHANG) != w.pid) return true;
   std::printf("   (%s's process ended early: %s %d)\n", tenant.c_str(),
-              WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+              WIFEXITED(status) ? "exit status" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
   close(w.out);
   w = Workload{};
   return false;
@@ -223,7 +229,8 @@ void finish(Workload& w) {
 
 // One line per second for `seconds` seconds: every tenant's measured share of the GPU.
 // Returns false when a process that should run has ended.
-bool watch(const fs::path& run_dir, std::map<std::string, Workload>& workers, int seconds, int* clock) {
+bool watch(const fs::path& run_dir, std::map<std::string, Workload>& workers, int seconds,
+           int* clock) {
   bool all_ran = true;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 1; i <= seconds; ++i) {
@@ -259,12 +266,14 @@ void skip_compute(const std::string& why) {
 // Returns the demo's exit status: 0 when it ran or was skipped for a stated reason.
 int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
   if (!fs::exists(paths.spin)) {
-    skip_compute(paths.spin.string() + " is missing (build it: ninja -C build fracgpu_spin_client)");
+    skip_compute(paths.spin.string() +
+                 " is missing (build it: ninja -C build fracgpu_spin_client)");
     return 0;
   }
   {
     auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
-    auto list = client ? client->call({{"op", "list"}}) : Result<nlohmann::json>::failure(client.error());
+    auto list =
+        client ? client->call({{"op", "list"}}) : Result<nlohmann::json>::failure(client.error());
     if (!list) {
       skip_compute("the broker does not answer: " + list.error());
       return kExitFailure;
@@ -287,7 +296,8 @@ int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
   }
   std::map<std::string, Workload> workers;
   for (const std::string& tenant : kComputeTenants) {
-    workers[tenant] = start_workload(paths, run_dir, tenant, {"--kernel-us", "1000", "--seconds", "120"}, paths.spin);
+    workers[tenant] = start_workload(paths, run_dir, tenant,
+                                     {"--kernel-us", "1000", "--seconds", "120"}, paths.spin);
   }
   auto stop_all = [&] {
     for (auto& [tenant, w] : workers) finish(w);
@@ -305,7 +315,8 @@ int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
   say("\n   notebook stops: its time is lent to the others at once — expect about 67% / 33% / 0%");
   finish(workers["notebook"]);
   ok = watch(run_dir, workers, 5, &clock) && ok;
-  say("\n   inference's weight is raised while everything runs:\n   $ fracgpu set inference --compute 90");
+  say("\n   inference's weight is raised while everything runs:\n   $ fracgpu set inference "
+      "--compute 90");
   if (cli(paths, run_dir, {"set", "inference", "--compute", "90"}) != 0) {
     stop_all();
     std::fprintf(stderr, "fracgpu demo: fracgpu set inference failed\n");
@@ -319,8 +330,10 @@ int compute_part(const DemoPaths& paths, const fs::path& run_dir) {
     std::fprintf(stderr, "fracgpu demo: a tenant's kernel loop ended early; see above\n");
     return kExitFailure;
   }
-  say("\n   Shares are weights of GPU time actually held; an idle tenant's time goes to the others;\n"
-      "   a ceiling (--compute-limit) caps a tenant even on an idle GPU; --priority high preempts.");
+  say("\n   Shares are weights of GPU time actually held; an idle tenant's time goes to the "
+      "others;\n"
+      "   a ceiling (--compute-limit) caps a tenant even on an idle GPU; --priority high "
+      "preempts.");
   return 0;
 }
 
@@ -348,9 +361,12 @@ int run_demo() {
       "  training   cap 10 GiB, guaranteed 8 GiB\n"
       "  inference  cap  6 GiB, guaranteed 4 GiB\n"
       "  notebook   cap  4 GiB, guaranteed 2 GiB   (guarantees: 14 GiB; 2 GiB can be lent)\n");
-  cli(paths, run_dir, {"tenant", "create", "training", "--memory", "10GiB", "--memory-request", "8GiB"});
-  cli(paths, run_dir, {"tenant", "create", "inference", "--memory", "6GiB", "--memory-request", "4GiB"});
-  cli(paths, run_dir, {"tenant", "create", "notebook", "--memory", "4GiB", "--memory-request", "2GiB"});
+  cli(paths, run_dir,
+      {"tenant", "create", "training", "--memory", "10GiB", "--memory-request", "8GiB"});
+  cli(paths, run_dir,
+      {"tenant", "create", "inference", "--memory", "6GiB", "--memory-request", "4GiB"});
+  cli(paths, run_dir,
+      {"tenant", "create", "notebook", "--memory", "4GiB", "--memory-request", "2GiB"});
 
   say("1. Each tenant's process asks CUDA how big its GPU is (cuMemGetInfo):");
   for (const char* tenant : {"training", "inference", "notebook"}) {
@@ -361,11 +377,13 @@ int run_demo() {
   }
   Workload training, inference;
   say("\n2. training allocates until refused, and keeps it:");
-  std::printf("   training   holds %.1f GiB — its 8 GiB guarantee plus the 2 GiB no one is guaranteed\n",
-              fill(paths, run_dir, "training", &training));
+  std::printf(
+      "   training   holds %.1f GiB — its 8 GiB guarantee plus the 2 GiB no one is guaranteed\n",
+      fill(paths, run_dir, "training", &training));
   say("\n3. inference does the same while training holds its memory:");
-  std::printf("   inference  holds %.1f GiB — exactly its guarantee: the lendable memory is taken\n",
-              fill(paths, run_dir, "inference", &inference));
+  std::printf(
+      "   inference  holds %.1f GiB — exactly its guarantee: the lendable memory is taken\n",
+      fill(paths, run_dir, "inference", &inference));
   say("\n4. notebook fills up:");
   std::printf("   notebook   got   %.1f GiB — its guarantee, never less\n",
               fill(paths, run_dir, "notebook", nullptr));
@@ -373,14 +391,18 @@ int run_demo() {
   show_status(run_dir.string(), false);
   say("\n5. training exits (its memory returns at once); notebook tries again:");
   stop(training);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the broker takes back training's loan
-  std::printf("   notebook   got   %.1f GiB — its cap: guarantee plus the memory training no longer borrows\n",
-              fill(paths, run_dir, "notebook", nullptr));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(1500));  // the broker takes back training's loan
+  std::printf(
+      "   notebook   got   %.1f GiB — its cap: guarantee plus the memory training no longer "
+      "borrows\n",
+      fill(paths, run_dir, "notebook", nullptr));
   stop(inference);
   const int status = compute_part(paths, run_dir);
   broker.stop();
   shm_unlink(shm.c_str());
-  say("\nOn a machine with an NVIDIA GPU: fracgpu run --memory 8GiB --compute 30 -- python train.py");
+  say("\nOn a machine with an NVIDIA GPU: fracgpu run --memory 8GiB --compute 30 -- python "
+      "train.py");
   return status;
 }
 

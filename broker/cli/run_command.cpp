@@ -64,19 +64,21 @@ Result<BrokerChoice> choose_broker(const std::string& run_dir) {
 }
 
 std::string no_gpu_message(const std::string& problem) {
-  return "no NVIDIA GPU or CUDA driver found on this machine (" + (problem.empty() ? "no GPU reported" : problem) +
+  return "no NVIDIA GPU or CUDA driver found on this machine (" +
+         (problem.empty() ? "no GPU reported" : problem) +
          "); to see fracgpu on the simulated GPU run: fracgpu demo";
 }
 
 std::map<std::string, std::string> command_environment(const std::string& shim, const json& tenant,
-                                                        const RunRequest& request) {
+                                                       const RunRequest& request) {
   std::map<std::string, std::string> env;
   env["LD_PRELOAD"] = prepend_preload(shim, std::getenv("LD_PRELOAD"));
   env["FRACGPU_SOCKET"] = tenant.value("socket", "");
   // An explicit --gpu also decides what the program sees, unless the user already chose.
   if (!request.quota.gpus.empty() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
     std::string uuids;
-    for (const auto& d : tenant["devices"]) uuids += (uuids.empty() ? "" : ",") + d.value("uuid", "");
+    for (const auto& d : tenant["devices"])
+      uuids += (uuids.empty() ? "" : ",") + d.value("uuid", "");
     env["CUDA_VISIBLE_DEVICES"] = uuids;
   }
   return env;
@@ -85,8 +87,11 @@ std::map<std::string, std::string> command_environment(const std::string& shim, 
 void delete_tenant(const BrokerChoice& broker, const std::string& name) {
   if (broker.private_broker) return;  // goes away with its broker
   auto client = AdminClient::connect(broker.run_dir, std::chrono::seconds(10));
-  auto result = client ? client->call({{"op", "delete"}, {"name", name}}) : Result<json>::failure(client.error());
-  if (!result) std::fprintf(stderr, "fracgpu: could not delete tenant %s: %s\n", name.c_str(), result.error().c_str());
+  auto result = client ? client->call({{"op", "delete"}, {"name", name}})
+                       : Result<json>::failure(client.error());
+  if (!result)
+    std::fprintf(stderr, "fracgpu: could not delete tenant %s: %s\n", name.c_str(),
+                 result.error().c_str());
 }
 
 }  // namespace
@@ -102,17 +107,21 @@ Result<std::string> locate_shim() {
     shim = std::filesystem::weakly_canonical(shim, ec);
   }
   if (::access(shim.c_str(), R_OK) != 0) {
-    return Result<std::string>::failure("the fracgpu shim " + shim.string() +
-                                        " is missing (set FRACGPU_SHIM to the path of libfracgpu.so)");
+    return Result<std::string>::failure(
+        "the fracgpu shim " + shim.string() +
+        " is missing (set FRACGPU_SHIM to the path of libfracgpu.so)");
   }
   return shim.string();
 }
 
 int run_tenant_command(const RunRequest& request) {
   if (request.command.empty()) {
-    return fail(kExitUsage, "missing the command to run (usage: fracgpu run [--memory SIZE] [options] -- CMD [ARGS...])");
+    return fail(kExitUsage,
+                "missing the command to run (usage: fracgpu run [--memory SIZE] [options] -- CMD "
+                "[ARGS...])");
   }
-  const std::string name = request.name.empty() ? "run-" + std::to_string(::getpid()) : request.name;
+  const std::string name =
+      request.name.empty() ? "run-" + std::to_string(::getpid()) : request.name;
   if (auto s = broker::validate_tenant_name(name); !s) return fail(kExitUsage, s.error());
   auto gpus = resolve_gpus(request.quota.gpus);
   if (!gpus) return fail(kExitUsage, gpus.error());
@@ -126,7 +135,8 @@ int run_tenant_command(const RunRequest& request) {
   if (broker->gpus.empty()) return fail(kExitFailure, no_gpu_message(broker->gpu_problem));
   auto client = AdminClient::connect(broker->run_dir);
   if (!client) return fail(kExitFailure, client.error());
-  auto created = client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  auto created =
+      client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
   if (!created) return fail(kExitFailure, created.error());
 
   const json& tenant = (*created)["tenant"];

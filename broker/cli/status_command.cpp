@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -65,7 +65,8 @@ std::string count_of(const json& d, const char* key) {
 Result<json> fetch_list(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
   if (!client) {
-    return Result<json>::failure("no fracgpu broker answers at " + client::admin_socket_path(run_dir).string() +
+    return Result<json>::failure("no fracgpu broker answers at " +
+                                 client::admin_socket_path(run_dir).string() +
                                  " (start one with: fracgpu broker, or set --run-dir)");
   }
   return client->call({{"op", "list"}});
@@ -75,7 +76,9 @@ std::string text_of(const json& d, const char* key) {
   return d.contains(key) && d[key].is_string() ? d[key].get<std::string>() : "-";
 }
 
-std::string priority_of(const json& d) { return d.contains("priority") ? text_of(d, "priority") : "normal"; }
+std::string priority_of(const json& d) {
+  return d.contains("priority") ? text_of(d, "priority") : "normal";
+}
 
 // "70%" for whole numbers, "33.3%" otherwise.
 std::string percent(double value) {
@@ -88,7 +91,9 @@ std::string percent(double value) {
   return buf;
 }
 
-std::string weight_of(const json& d) { return count_of(d, "compute"); }
+std::string weight_of(const json& d) {
+  return count_of(d, "compute");
+}
 
 std::string ceiling_of(const json& d) {
   if (!d.contains("compute_limit") || !d["compute_limit"].is_number()) return "-";
@@ -121,9 +126,13 @@ std::string gpu_time_of(const json& d) {
   return buf;
 }
 
-std::string processes_of(const json& t) { return std::to_string(t.value("processes", json::array()).size()); }
+std::string processes_of(const json& t) {
+  return std::to_string(t.value("processes", json::array()).size());
+}
 
-bool has_number(const json& d, const char* key) { return d.contains(key) && d[key].is_number(); }
+bool has_number(const json& d, const char* key) {
+  return d.contains(key) && d[key].is_number();
+}
 
 std::string one_decimal(double value) {
   char buf[32];
@@ -156,37 +165,42 @@ std::string format_status_table(const json& reply) {
   std::string out;
   std::vector<Row> gpus{{"GPU", "UUID", "NAME", "MEMORY", "CAPACITY"}};
   for (const auto& g : reply.value("gpus", json::array())) {
-    gpus.push_back({count_of(g, "index"), g.value("uuid", ""), g.value("name", ""), size_of(g, "memory_total"),
-                    size_of(g, "memory_capacity")});
+    gpus.push_back({count_of(g, "index"), g.value("uuid", ""), g.value("name", ""),
+                    size_of(g, "memory_total"), size_of(g, "memory_capacity")});
   }
   out += gpus.size() > 1 ? render(gpus) : "no GPU\n";
   const json tenants = reply.value("tenants", json::array());
   if (tenants.empty()) return out + "\nno tenants\n";
-  std::vector<Row> memory{{"TENANT", "GPU", "LIMIT", "REQUEST", "GRANT", "USED", "PEAK", "PROCS", "OOM"}};
-  std::vector<Row> compute{{"TENANT", "GPU", "WEIGHT", "SHARE", "CEILING", "PRIORITY", "MEASURED", "GPU-TIME", "STATE"}};
+  std::vector<Row> memory{
+      {"TENANT", "GPU", "LIMIT", "REQUEST", "GRANT", "USED", "PEAK", "PROCS", "OOM"}};
+  std::vector<Row> compute{
+      {"TENANT", "GPU", "WEIGHT", "SHARE", "CEILING", "PRIORITY", "MEASURED", "GPU-TIME", "STATE"}};
   for (const auto& t : tenants) {
     const std::string name = t.value("name", "?");
     for (const auto& d : t.value("devices", json::array())) {
-      memory.push_back({name, count_of(d, "gpu"), size_of(d, "memory_limit"), size_of(d, "memory_request"),
-                        size_of(d, "memory_grant"), size_of(d, "memory_used"), size_of(d, "memory_peak"),
-                        processes_of(t), count_of(d, "oom_events")});
-      compute.push_back({name, count_of(d, "gpu"), weight_of(d), promised_share(reply, d), ceiling_of(d),
-                         priority_of(d), measured_of(d), gpu_time_of(d), text_of(d, "compute_state")});
+      memory.push_back({name, count_of(d, "gpu"), size_of(d, "memory_limit"),
+                        size_of(d, "memory_request"), size_of(d, "memory_grant"),
+                        size_of(d, "memory_used"), size_of(d, "memory_peak"), processes_of(t),
+                        count_of(d, "oom_events")});
+      compute.push_back({name, count_of(d, "gpu"), weight_of(d), promised_share(reply, d),
+                         ceiling_of(d), priority_of(d), measured_of(d), gpu_time_of(d),
+                         text_of(d, "compute_state")});
     }
   }
   return out + "\n" + render(memory) + "\n" + render(compute);
 }
 
 std::string format_tenant_table(const json& reply, const std::string& only_tenant) {
-  std::vector<Row> rows{{"TENANT", "GPU", "PROCS", "USED", "LIMIT", "WEIGHT", "SHARE", "CEIL", "PRIO", "MEASURED",
-                         "GPU-TIME", "STATE"}};
+  std::vector<Row> rows{{"TENANT", "GPU", "PROCS", "USED", "LIMIT", "WEIGHT", "SHARE", "CEIL",
+                         "PRIO", "MEASURED", "GPU-TIME", "STATE"}};
   for (const auto& t : reply.value("tenants", json::array())) {
     const std::string name = t.value("name", "?");
     if (!only_tenant.empty() && name != only_tenant) continue;
     for (const auto& d : t.value("devices", json::array())) {
-      rows.push_back({name, count_of(d, "gpu"), processes_of(t), size_of(d, "memory_used"), size_of(d, "memory_limit"),
-                      weight_of(d), promised_share(reply, d), ceiling_of(d), priority_of(d), measured_of(d),
-                      gpu_time_of(d), text_of(d, "compute_state")});
+      rows.push_back({name, count_of(d, "gpu"), processes_of(t), size_of(d, "memory_used"),
+                      size_of(d, "memory_limit"), weight_of(d), promised_share(reply, d),
+                      ceiling_of(d), priority_of(d), measured_of(d), gpu_time_of(d),
+                      text_of(d, "compute_state")});
     }
   }
   return rows.size() > 1 ? render(rows) : "no tenants\n";
@@ -194,7 +208,8 @@ std::string format_tenant_table(const json& reply, const std::string& only_tenan
 
 std::string format_top_frame(const json& reply, const std::string& clock, double interval_s) {
   char head[160];
-  std::snprintf(head, sizeof head, "fracgpu top  %s  every %gs  (Ctrl-C quits)\n", clock.c_str(), interval_s);
+  std::snprintf(head, sizeof head, "fracgpu top  %s  every %gs  (Ctrl-C quits)\n", clock.c_str(),
+                interval_s);
   std::string out = head;
   const json tenants = reply.value("tenants", json::array());
   const json gpus = reply.value("gpus", json::array());
@@ -218,9 +233,9 @@ std::string format_top_frame(const json& reply, const std::string& clock, double
     }
     char line[256];
     std::snprintf(line, sizeof line, "GPU %llu  %s  memory %s of %s  %u tenant%s  busy %s\n",
-                  static_cast<unsigned long long>(index), g.value("name", "").c_str(), format_size(used).c_str(),
-                  size_of(g, "memory_capacity").c_str(), count, count == 1 ? "" : "s",
-                  measured ? one_decimal(busy * 100.0).c_str() : "-");
+                  static_cast<unsigned long long>(index), g.value("name", "").c_str(),
+                  format_size(used).c_str(), size_of(g, "memory_capacity").c_str(), count,
+                  count == 1 ? "" : "s", measured ? one_decimal(busy * 100.0).c_str() : "-");
     out += line;
   }
   return out + "\n" + format_tenant_table(reply);
@@ -233,7 +248,8 @@ int show_status(const std::string& run_dir, bool as_json) {
     return 1;
   }
   reply->erase("ok");
-  std::fputs(as_json ? (reply->dump(2) + "\n").c_str() : format_status_table(*reply).c_str(), stdout);
+  std::fputs(as_json ? (reply->dump(2) + "\n").c_str() : format_status_table(*reply).c_str(),
+             stdout);
   return 0;
 }
 
@@ -246,8 +262,10 @@ int list_tenants(const std::string& run_dir) {
   std::vector<Row> rows{{"NAME", "GPUS", "PROCESSES", "SOCKET"}};
   for (const auto& t : reply->value("tenants", json::array())) {
     std::string gpus;
-    for (const auto& d : t.value("devices", json::array())) gpus += (gpus.empty() ? "" : ",") + count_of(d, "gpu");
-    rows.push_back({t.value("name", "?"), gpus, std::to_string(t.value("processes", json::array()).size()),
+    for (const auto& d : t.value("devices", json::array()))
+      gpus += (gpus.empty() ? "" : ",") + count_of(d, "gpu");
+    rows.push_back({t.value("name", "?"), gpus,
+                    std::to_string(t.value("processes", json::array()).size()),
                     t.value("socket", "")});
   }
   std::fputs(rows.size() > 1 ? render(rows).c_str() : "no tenants\n", stdout);
@@ -261,21 +279,24 @@ Result<TopSettings> parse_top_options(const TopFlags& flags) {
     char* end = nullptr;
     errno = 0;
     const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-    if (text.empty() || errno != 0 || end == nullptr || *end != '\0' || !std::isfinite(v) || v < 0.1 || v > 3600) {
-      return Result<TopSettings>::failure("--interval '" + text.substr(0, 40) +
-                                          "' must be a number of seconds from 0.1 to 3600 (e.g. 1 or 0.5)");
+    if (text.empty() || errno != 0 || end == nullptr || *end != '\0' || !std::isfinite(v) ||
+        v < 0.1 || v > 3600) {
+      return Result<TopSettings>::failure(
+          "--interval '" + text.substr(0, 40) +
+          "' must be a number of seconds from 0.1 to 3600 (e.g. 1 or 0.5)");
     }
     settings.interval_s = v;
   }
   if (!flags.count.empty()) {
     const std::string& text = flags.count;
-    const bool digits = text.size() <= 9 && std::all_of(text.begin(), text.end(), [](unsigned char c) {
-                          return std::isdigit(c) != 0;
-                        });
+    const bool digits =
+        text.size() <= 9 &&
+        std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
     const unsigned long v = digits ? std::strtoul(text.c_str(), nullptr, 10) : 0;
     if (v == 0) {
-      return Result<TopSettings>::failure("--count '" + text.substr(0, 40) +
-                                          "' must be a whole number of refreshes from 1 to 999999999");
+      return Result<TopSettings>::failure(
+          "--count '" + text.substr(0, 40) +
+          "' must be a whole number of refreshes from 1 to 999999999");
     }
     settings.count = v;
   }
@@ -286,7 +307,9 @@ namespace {
 
 std::atomic<bool> g_top_stop{false};
 
-void request_top_stop(int) { g_top_stop.store(true); }
+void request_top_stop(int) {
+  g_top_stop.store(true);
+}
 
 std::string wall_clock() {
   const time_t now = time(nullptr);

@@ -5,9 +5,8 @@
 // Compute fields a broker does not report (an older one) are shown as "-".
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/result.h"
 
@@ -21,7 +20,8 @@ std::string format_status_table(const nlohmann::json& list_reply);
 
 // One compact table of tenants x GPUs with memory use and every compute column, as
 // `fracgpu top` and `fracgpu set` print it; with `only_tenant`, that tenant's rows only.
-std::string format_tenant_table(const nlohmann::json& list_reply, const std::string& only_tenant = "");
+std::string format_tenant_table(const nlohmann::json& list_reply,
+                                const std::string& only_tenant = "");
 
 // The share of a GPU that the weights promise a tenant under full contention: its
 // weight over the sum of the weights of the tenants on the same GPU with the same
@@ -42,7 +42,8 @@ struct TopSettings {
 broker::Result<TopSettings> parse_top_options(const TopFlags& flags);
 
 // One refresh of `fracgpu top` (header line with `clock`, GPUs, tenant table).
-std::string format_top_frame(const nlohmann::json& list_reply, const std::string& clock, double interval_s);
+std::string format_top_frame(const nlohmann::json& list_reply, const std::string& clock,
+                             double interval_s);
 
 // Refreshes every interval: clears the screen first when stdout is a terminal, otherwise
 // prints successive frames separated by a blank line. Exit 0 (Ctrl-C included), 1 when

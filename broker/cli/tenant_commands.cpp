@@ -29,7 +29,8 @@ int fail(int code, const std::string& message) {
 Result<AdminClient> connect_node(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
   if (!client) {
-    return Result<AdminClient>::failure("no fracgpu broker answers at " + client::admin_socket_path(run_dir).string() +
+    return Result<AdminClient>::failure("no fracgpu broker answers at " +
+                                        client::admin_socket_path(run_dir).string() +
                                         " (start one with: fracgpu broker, or set --run-dir)");
   }
   return client;
@@ -49,7 +50,8 @@ Result<std::vector<unsigned>> tenant_gpus(AdminClient& client, const std::string
 }
 
 void print_tenant(const char* verb, const json& tenant) {
-  std::printf("%s tenant %s (socket %s)\n", verb, tenant.value("name", "?").c_str(), tenant.value("socket", "").c_str());
+  std::printf("%s tenant %s (socket %s)\n", verb, tenant.value("name", "?").c_str(),
+              tenant.value("socket", "").c_str());
 }
 
 }  // namespace
@@ -62,7 +64,8 @@ int create_tenant(const std::string& run_dir, const std::string& name, const Quo
   if (!devices) return fail(2, devices.error());
   auto client = connect_node(run_dir);
   if (!client) return fail(1, client.error());
-  auto reply = client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  auto reply =
+      client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
   if (!reply) return fail(1, reply.error());
   print_tenant("created", (*reply)["tenant"]);
   return 0;
@@ -73,10 +76,11 @@ namespace {
 // An update as `tenant update` and `set` send it: flags checked before connecting,
 // without --gpu applied to every GPU the tenant has. Returns 0 and the reply's
 // TENANT_STATUS in *tenant, or the exit status after printing the error.
-int send_update(const std::string& run_dir, const std::string& name, const QuotaFlags& flags, json* tenant,
-                std::optional<AdminClient>* kept = nullptr) {
+int send_update(const std::string& run_dir, const std::string& name, const QuotaFlags& flags,
+                json* tenant, std::optional<AdminClient>* kept = nullptr) {
   if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
-  auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{}) : resolve_gpus(flags.gpus);
+  auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{})
+                                  : resolve_gpus(flags.gpus);
   if (!given) return fail(2, given.error());
   // The flags' syntax, before connecting: against --gpu, or the GPUs a per-device map names.
   std::vector<unsigned> check_gpus = *given;
@@ -84,15 +88,18 @@ int send_update(const std::string& run_dir, const std::string& name, const Quota
   if (check_gpus.empty()) check_gpus = {0};
   auto check = device_entries(flags, check_gpus, /*partial=*/true);
   if (!check) return fail(2, check.error());
-  const bool changes = std::any_of(check->begin(), check->end(), [](const json& d) { return d.size() > 1; });
-  if (!changes && flags.gpus.empty()) return fail(2, "nothing to update: give --memory, --compute ...");
+  const bool changes =
+      std::any_of(check->begin(), check->end(), [](const json& d) { return d.size() > 1; });
+  if (!changes && flags.gpus.empty())
+    return fail(2, "nothing to update: give --memory, --compute ...");
   auto client = connect_node(run_dir);
   if (!client) return fail(1, client.error());
   auto gpus = given->empty() ? tenant_gpus(*client, name) : given;
   if (!gpus) return fail(1, gpus.error());
   auto devices = device_entries(flags, *gpus, /*partial=*/true);
   if (!devices) return fail(2, devices.error());
-  auto reply = client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  auto reply =
+      client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
   if (!reply) return fail(1, reply.error());
   *tenant = (*reply)["tenant"];
   if (kept != nullptr) kept->emplace(std::move(*client));
@@ -109,9 +116,11 @@ int update_tenant(const std::string& run_dir, const std::string& name, const Quo
 }
 
 int set_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
-  if (flags.memory.empty() && flags.memory_request.empty() && flags.compute.empty() && flags.compute_limit.empty() &&
-      flags.priority.empty()) {
-    return fail(2, "nothing to set: give --compute, --compute-limit, --priority or --memory (see fracgpu set --help)");
+  if (flags.memory.empty() && flags.memory_request.empty() && flags.compute.empty() &&
+      flags.compute_limit.empty() && flags.priority.empty()) {
+    return fail(2,
+                "nothing to set: give --compute, --compute-limit, --priority or --memory (see "
+                "fracgpu set --help)");
   }
   json tenant;
   std::optional<AdminClient> client;

@@ -18,7 +18,8 @@ constexpr std::size_t kMaxReplyBytes = 64u << 20;  // replies (lists) may exceed
 
 }  // namespace
 
-Result<AdminClient> AdminClient::connect(const std::filesystem::path& run_dir, std::chrono::milliseconds timeout) {
+Result<AdminClient> AdminClient::connect(const std::filesystem::path& run_dir,
+                                         std::chrono::milliseconds timeout) {
   const auto path = admin_socket_path(run_dir);
   auto fd = broker::connect_unix(path, timeout);
   if (!fd) return Result<AdminClient>::failure(fd.error());
@@ -26,7 +27,9 @@ Result<AdminClient> AdminClient::connect(const std::filesystem::path& run_dir, s
 }
 
 AdminClient::AdminClient(AdminClient&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)), buffer_(std::move(other.buffer_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      buffer_(std::move(other.buffer_)) {}
 
 AdminClient& AdminClient::operator=(AdminClient&& other) noexcept {
   if (this != &other) {
@@ -49,7 +52,8 @@ Result<std::string> AdminClient::read_line() {
       buffer_.erase(0, nl + 1);
       return line;
     }
-    if (buffer_.size() > kMaxReplyBytes) return Result<std::string>::failure("the broker's reply is too long");
+    if (buffer_.size() > kMaxReplyBytes)
+      return Result<std::string>::failure("the broker's reply is too long");
     char chunk[65536];
     const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n > 0) {
@@ -58,7 +62,8 @@ Result<std::string> AdminClient::read_line() {
       continue;
     } else {
       const std::string why = n == 0 ? "it closed the connection" : std::strerror(errno);
-      return Result<std::string>::failure("no reply from the broker at " + path_.string() + " (" + why + ")");
+      return Result<std::string>::failure("no reply from the broker at " + path_.string() + " (" +
+                                          why + ")");
     }
   }
 }
@@ -70,8 +75,8 @@ Result<nlohmann::json> AdminClient::exchange(const nlohmann::json& request) {
     const ssize_t n = ::send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Result<nlohmann::json>::failure("cannot talk to the broker at " + path_.string() + ": " +
-                                             std::strerror(errno));
+      return Result<nlohmann::json>::failure("cannot talk to the broker at " + path_.string() +
+                                             ": " + std::strerror(errno));
     }
     sent += static_cast<std::size_t>(n);
   }
@@ -79,7 +84,8 @@ Result<nlohmann::json> AdminClient::exchange(const nlohmann::json& request) {
   if (!reply_line) return Result<nlohmann::json>::failure(reply_line.error());
   auto reply = nlohmann::json::parse(*reply_line, nullptr, false);
   if (!reply.is_object() || !reply.contains("ok") || !reply["ok"].is_boolean()) {
-    return Result<nlohmann::json>::failure("the broker at " + path_.string() + " sent a malformed reply");
+    return Result<nlohmann::json>::failure("the broker at " + path_.string() +
+                                           " sent a malformed reply");
   }
   return reply;
 }
@@ -89,7 +95,8 @@ Result<nlohmann::json> AdminClient::call(const nlohmann::json& request) {
   if (!reply) return reply;
   if (!(*reply)["ok"].get<bool>()) {
     const auto& err = (*reply)["error"];
-    return Result<nlohmann::json>::failure(err.is_string() ? err.get<std::string>() : "the broker refused the request");
+    return Result<nlohmann::json>::failure(err.is_string() ? err.get<std::string>()
+                                                           : "the broker refused the request");
   }
   return reply;
 }

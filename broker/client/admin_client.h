@@ -5,9 +5,8 @@
 
 #include <chrono>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/result.h"
 

@@ -38,8 +38,8 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 }
 
 // In the child; never returns.
-[[noreturn]] void exec_child(char* const* argv, char* const* envp, int log_fd, int ready_fd, bool detach,
-                             pid_t parent) {
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, int log_fd, int ready_fd,
+                             bool detach, pid_t parent) {
   if (detach) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -80,11 +80,12 @@ Status BrokerProcess::start(const BrokerLaunch& launch) {
   status_.reset();
   if (launch.program.empty()) return Status::failure("no broker program given");
   std::vector<std::string> args = launch.program;
-  args.insert(args.end(), {"--run-dir", launch.run_dir.string(), "--state-dir", launch.state_dir.string(),
-                           "--ready-fd", std::to_string(kReadyFd)});
+  args.insert(args.end(), {"--run-dir", launch.run_dir.string(), "--state-dir",
+                           launch.state_dir.string(), "--ready-fd", std::to_string(kReadyFd)});
   args.insert(args.end(), launch.args.begin(), launch.args.end());
   std::vector<std::string> env;
-  for (const auto& [key, value] : launch.environment ? *launch.environment : current_environment()) {
+  for (const auto& [key, value] :
+       launch.environment ? *launch.environment : current_environment()) {
     env.push_back(key + "=" + value);
   }
   auto argv = pointers(args);
@@ -92,7 +93,9 @@ Status BrokerProcess::start(const BrokerLaunch& launch) {
   int log_fd = -1;
   if (!launch.log_file.empty()) {
     log_fd = ::open(launch.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) return Status::failure("cannot open " + launch.log_file.string() + ": " + std::strerror(errno));
+    if (log_fd < 0)
+      return Status::failure("cannot open " + launch.log_file.string() + ": " +
+                             std::strerror(errno));
   }
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) {
@@ -125,8 +128,9 @@ Status BrokerProcess::start(const BrokerLaunch& launch) {
   }
   const auto status = wait(std::chrono::seconds(5));
   kill();
-  return Status::failure(launch.description + " failed to start" +
-                         (status ? " (exit status " + std::to_string(*status) + ")" : std::string()));
+  return Status::failure(
+      launch.description + " failed to start" +
+      (status ? " (exit status " + std::to_string(*status) + ")" : std::string()));
 }
 
 bool BrokerProcess::running() {

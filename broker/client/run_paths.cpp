@@ -17,7 +17,8 @@ std::filesystem::path tenant_dir(const std::filesystem::path& run_dir, std::stri
   return run_dir / paths::kTenantsDirName / std::string(tenant);
 }
 
-std::filesystem::path tenant_socket_path(const std::filesystem::path& run_dir, std::string_view tenant) {
+std::filesystem::path tenant_socket_path(const std::filesystem::path& run_dir,
+                                         std::string_view tenant) {
   return tenant_dir(run_dir, tenant) / paths::kTenantSocketName;
 }
 
@@ -30,8 +31,9 @@ std::filesystem::path short_temp_base() {
 broker::Result<std::filesystem::path> make_temp_dir(const std::string& prefix) {
   std::string pattern = (short_temp_base() / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    return broker::Result<std::filesystem::path>::failure("cannot create a temporary directory in " +
-                                                          short_temp_base().string() + ": " + std::strerror(errno));
+    return broker::Result<std::filesystem::path>::failure(
+        "cannot create a temporary directory in " + short_temp_base().string() + ": " +
+        std::strerror(errno));
   }
   return std::filesystem::path(pattern);
 }

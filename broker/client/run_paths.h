@@ -12,7 +12,8 @@ namespace fracgpu::client {
 
 std::filesystem::path admin_socket_path(const std::filesystem::path& run_dir);
 std::filesystem::path tenant_dir(const std::filesystem::path& run_dir, std::string_view tenant);
-std::filesystem::path tenant_socket_path(const std::filesystem::path& run_dir, std::string_view tenant);
+std::filesystem::path tenant_socket_path(const std::filesystem::path& run_dir,
+                                         std::string_view tenant);
 
 // $TMPDIR when it is an absolute path short enough that tenant sockets below it fit a
 // Unix socket path's 107 bytes, else /tmp.

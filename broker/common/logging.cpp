@@ -9,7 +9,8 @@ namespace fracgpu::broker {
 Status setup_logging(const std::string& level, const std::string& name) {
   const auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off") {
-    return Status::failure("--log-level '" + level + "' is not one of trace, debug, info, warn, error, critical, off");
+    return Status::failure("--log-level '" + level +
+                           "' is not one of trace, debug, info, warn, error, critical, off");
   }
   auto logger = spdlog::get(name);
   if (!logger) logger = spdlog::stderr_logger_mt(name);

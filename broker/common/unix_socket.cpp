@@ -4,9 +4,9 @@
 #include "common/unix_socket.h"
 
 #include <fcntl.h>
-#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -20,20 +20,24 @@ Result<sockaddr_un> make_address(const std::filesystem::path& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.native().size() >= sizeof addr.sun_path) {
-    return Result<sockaddr_un>::failure("socket path " + path.string() + " is too long for a Unix socket");
+    return Result<sockaddr_un>::failure("socket path " + path.string() +
+                                        " is too long for a Unix socket");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.native().size() + 1);
   return addr;
 }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errno_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 // Removes an old socket file at `path`; refuses to touch anything that is not a socket.
 Status clear_stale_socket(const std::filesystem::path& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return {};
   if (!S_ISSOCK(st.st_mode)) return Status::failure(path.string() + " exists and is not a socket");
-  if (::unlink(path.c_str()) != 0) return Status::failure(errno_text("cannot remove stale socket " + path.string()));
+  if (::unlink(path.c_str()) != 0)
+    return Status::failure(errno_text("cannot remove stale socket " + path.string()));
   return {};
 }
 

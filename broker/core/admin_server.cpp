@@ -9,7 +9,9 @@ namespace {
 
 using nlohmann::json;
 
-json ok_with(const char* key, json value) { return {{"ok", true}, {key, std::move(value)}}; }
+json ok_with(const char* key, json value) {
+  return {{"ok", true}, {key, std::move(value)}};
+}
 
 }  // namespace
 
@@ -18,17 +20,20 @@ AdminServer::AdminServer(EventLoop& loop, AdminBackend& backend, uid_t owner_uid
       owner_uid_(owner_uid),
       server_(loop, "admin", [this](Peer& p, const json& r) { return handle(p, r); }) {}
 
-Status AdminServer::listen(const std::filesystem::path& path) { return server_.listen(path, 0666); }
+Status AdminServer::listen(const std::filesystem::path& path) {
+  return server_.listen(path, 0666);
+}
 
 json AdminServer::handle(const Peer& peer, const json& request) {
   if (peer.cred.uid != 0 && peer.cred.uid != owner_uid_) {
     spdlog::warn("admin: refused a request from uid {} (pid {})", peer.cred.uid, peer.cred.pid);
-    return LineServer::error_reply("permission denied: the fracgpu admin socket accepts only root or uid " +
-                                   std::to_string(owner_uid_) + " (you are uid " + std::to_string(peer.cred.uid) +
-                                   ")");
+    return LineServer::error_reply(
+        "permission denied: the fracgpu admin socket accepts only root or uid " +
+        std::to_string(owner_uid_) + " (you are uid " + std::to_string(peer.cred.uid) + ")");
   }
   auto op = request.find("op");
-  if (op == request.end() || !op->is_string()) return LineServer::error_reply("request needs a string \"op\"");
+  if (op == request.end() || !op->is_string())
+    return LineServer::error_reply("request needs a string \"op\"");
   const std::string name = op->get<std::string>();
   json reply = dispatch(name, request);
   if (name == "create" || name == "update" || name == "delete") {
@@ -46,23 +51,28 @@ json AdminServer::dispatch(const std::string& op, const json& request) {
   }
   if (op == "gpus") {
     json reply = ok_with("gpus", backend_.list_gpus());
-    if (const std::string problem = backend_.gpu_problem(); !problem.empty()) reply["gpu_problem"] = problem;
+    if (const std::string problem = backend_.gpu_problem(); !problem.empty())
+      reply["gpu_problem"] = problem;
     return reply;
   }
   if (op == "create" || op == "update") {
     auto tenant = request.find("tenant");
-    if (tenant == request.end() || !tenant->is_object()) return LineServer::error_reply("\"tenant\" must be an object");
-    auto result = op == "create" ? backend_.create_tenant(*tenant) : backend_.update_tenant(*tenant);
+    if (tenant == request.end() || !tenant->is_object())
+      return LineServer::error_reply("\"tenant\" must be an object");
+    auto result =
+        op == "create" ? backend_.create_tenant(*tenant) : backend_.update_tenant(*tenant);
     return result ? ok_with("tenant", std::move(*result)) : LineServer::error_reply(result.error());
   }
   if (op == "delete") {
     auto name = request.find("name");
-    if (name == request.end() || !name->is_string()) return LineServer::error_reply("\"name\" must be a string");
+    if (name == request.end() || !name->is_string())
+      return LineServer::error_reply("\"name\" must be a string");
     auto status = backend_.delete_tenant(name->get<std::string>());
     return status ? json{{"ok", true}} : LineServer::error_reply(status.error());
   }
-  return LineServer::error_reply("unknown op \"" + op.substr(0, 40) +
-                                 "\" (the admin socket accepts create, update, delete, list, gpus)");
+  return LineServer::error_reply(
+      "unknown op \"" + op.substr(0, 40) +
+      "\" (the admin socket accepts create, update, delete, list, gpus)");
 }
 
 }  // namespace fracgpu::broker

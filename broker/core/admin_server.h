@@ -7,9 +7,8 @@
 #include <sys/types.h>
 
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/result.h"
 #include "core/event_loop.h"
@@ -20,8 +19,10 @@ namespace fracgpu::broker {
 class AdminBackend {
  public:
   virtual ~AdminBackend() = default;
-  virtual Result<nlohmann::json> create_tenant(const nlohmann::json& tenant) = 0;  // -> TENANT_STATUS
-  virtual Result<nlohmann::json> update_tenant(const nlohmann::json& tenant) = 0;  // -> TENANT_STATUS
+  virtual Result<nlohmann::json> create_tenant(
+      const nlohmann::json& tenant) = 0;  // -> TENANT_STATUS
+  virtual Result<nlohmann::json> update_tenant(
+      const nlohmann::json& tenant) = 0;  // -> TENANT_STATUS
   virtual Status delete_tenant(const std::string& name) = 0;
   virtual nlohmann::json list_tenants() = 0;  // [TENANT_STATUS...]
   virtual nlohmann::json list_gpus() = 0;     // [GPU...]

@@ -5,6 +5,7 @@
 #include "core/broker.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "common/logging.h"
 #include "core/admission.h"
@@ -64,8 +63,9 @@ void Broker::discover() {
   if (gpus_.gpus.empty()) spdlog::warn("no GPU: {}; tenants cannot be created", gpus_.problem);
   std::vector<uint64_t> capacity;
   for (const auto& g : gpus_.gpus) {
-    spdlog::info("GPU {}: {} {} {} (capacity {}, {} per context)", g.index, g.uuid, g.name, format_size(g.memory_total),
-                 format_size(gpu_capacity(g, options_.reserve_bytes)), format_size(g.context_footprint));
+    spdlog::info("GPU {}: {} {} {} (capacity {}, {} per context)", g.index, g.uuid, g.name,
+                 format_size(g.memory_total), format_size(gpu_capacity(g, options_.reserve_bytes)),
+                 format_size(g.context_footprint));
     capacity.resize(g.index + 1, 0);
     capacity[g.index] = gpu_capacity(g, options_.reserve_bytes);
   }
@@ -83,23 +83,29 @@ Status Broker::start() {
       RegistryConfig{options_.run_dir, options_.state_dir, options_.reserve_bytes}, gpus_);
   if (auto s = registry_->prepare(); !s) return s;
   tracker_ = std::make_unique<ProcessTracker>(
-      loop_, [this](const std::string& t, uint32_t slot, pid_t pid) { on_process_death(t, slot, pid); });
+      loop_,
+      [this](const std::string& t, uint32_t slot, pid_t pid) { on_process_death(t, slot, pid); });
   reconciler_ = std::make_unique<LedgerReconciler>(*registry_);
-  spdlog::info("{} tenant(s) restored from {}/tenants.json", registry_->restore(), options_.state_dir);
+  spdlog::info("{} tenant(s) restored from {}/tenants.json", registry_->restore(),
+               options_.state_dir);
   for (Tenant* t : registry_->all()) {
-    if (auto s = open_tenant_socket(*t); !s) spdlog::error("tenant {}: {}", t->spec.name, s.error());
+    if (auto s = open_tenant_socket(*t); !s)
+      spdlog::error("tenant {}: {}", t->spec.name, s.error());
     adopt_processes(*t);
   }
   compute_ = std::make_unique<ComputeService>(loop_, options_.compute);
   if (auto s = compute_->start(); !s) return s;
   compute_->sync(*registry_);
   admin_ = std::make_unique<AdminServer>(loop_, *this, ::geteuid());
-  if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / paths::kAdminSocketName); !s) return s;
+  if (auto s = admin_->listen(std::filesystem::path(options_.run_dir) / paths::kAdminSocketName);
+      !s)
+    return s;
   loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
   if (!options_.metrics_listen.empty()) {
-    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] { return metrics_text(*registry_, compute_.get()); });
+    metrics_ = std::make_unique<MetricsServer>(
+        state_mutex_, [this] { return metrics_text(*registry_, compute_.get()); });
     if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
   }
   return {};
@@ -128,7 +134,9 @@ void Broker::adopt_processes(Tenant& tenant) {
     }
   }
   reconciler_->reconcile(tenant);  // slots of processes that died while no broker ran
-  if (adopted + gone > 0) spdlog::info("tenant {}: {} live process(es) re-attached, {} reclaimed", tenant.spec.name, adopted, gone);
+  if (adopted + gone > 0)
+    spdlog::info("tenant {}: {} live process(es) re-attached, {} reclaimed", tenant.spec.name,
+                 adopted, gone);
 }
 
 void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid) {
@@ -186,7 +194,9 @@ nlohmann::json Broker::list_tenants() {
   return list;
 }
 
-nlohmann::json Broker::list_gpus() { return gpus_json(gpus_, options_.reserve_bytes); }
+nlohmann::json Broker::list_gpus() {
+  return gpus_json(gpus_, options_.reserve_bytes);
+}
 
 void Broker::notify_ready() {
   if (options_.ready_fd < 0) return;
@@ -215,7 +225,8 @@ int Broker::run() {
       return 1;
     }
   }
-  spdlog::info("serving {} (admin socket {}/{})", options_.run_dir, options_.run_dir, paths::kAdminSocketName);
+  spdlog::info("serving {} (admin socket {}/{})", options_.run_dir, options_.run_dir,
+               paths::kAdminSocketName);
   notify_ready();
   loop_.run();
   std::lock_guard<std::mutex> lock(state_mutex_);

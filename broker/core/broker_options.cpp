@@ -1,9 +1,8 @@
 // CLI11 wiring and validation of the broker flags (documented in docs/configuration.md).
 #include "core/broker_options.h"
 
-#include <cstdlib>
-
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 
 #include "core/metrics_server.h"
 #include "core/quantity_parser.h"
@@ -13,34 +12,42 @@ namespace fracgpu::broker {
 
 void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   if (with_run_dir) {
-    app.add_option("--run-dir", o.run_dir, std::string("Sockets and shared-memory files (default ") + paths::kRunDir + ")")
+    app.add_option("--run-dir", o.run_dir,
+                   std::string("Sockets and shared-memory files (default ") + paths::kRunDir + ")")
         ->envname("FRACGPU_RUN_DIR");
   }
-  app.add_option("--state-dir", o.state_dir, std::string("Where tenants.json is kept (default ") + paths::kStateDir + ")");
+  app.add_option("--state-dir", o.state_dir,
+                 std::string("Where tenants.json is kept (default ") + paths::kStateDir + ")");
   app.add_option("--driver", o.driver,
-                 "CUDA driver library to enumerate GPUs with (default $FRACGPU_REAL_DRIVER, else libcuda.so.1)");
+                 "CUDA driver library to enumerate GPUs with (default $FRACGPU_REAL_DRIVER, else "
+                 "libcuda.so.1)");
   app.add_option("--reserve", o.reserve, "GPU memory kept out of every quota, per GPU (e.g. 2GiB)");
   app.add_option("--context-footprint", o.context_footprint,
                  "Bytes charged per CUDA context: auto (measured at start) or a SIZE");
-  app.add_option("--metrics-listen", o.metrics_listen, "Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9400)");
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9400)");
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off");
   app.add_option("--slice-ms", o.slice_ms, "Compute time slice under contention, ms (default 20)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--high-inflight-us", o.high_inflight_us,
-                 "GPU work (us) other tenants may keep queued while a high-priority tenant is active (default 500)")
+                 "GPU work (us) other tenants may keep queued while a high-priority tenant is "
+                 "active (default 500)")
       ->check(CLI::Range(50, 100000));
-  app.add_option("--contended-inflight-us", o.contended_inflight_us,
-                 "GPU work (us) a tenant may keep queued while others wait for the GPU (default 4000)")
+  app.add_option(
+         "--contended-inflight-us", o.contended_inflight_us,
+         "GPU work (us) a tenant may keep queued while others wait for the GPU (default 4000)")
       ->check(CLI::Range(100, 1000000));
   app.add_option("--low-starvation-ms", o.low_starvation_ms,
                  "A low-priority tenant waiting this long gets the next slice (default 2000)")
       ->check(CLI::Range(10, 600000));
-  app.add_option("--drain-timeout-ms", o.drain_timeout_ms,
-                 "Hand the GPU on after this long even if a revoked tenant has not drained (default 1000)")
+  app.add_option(
+         "--drain-timeout-ms", o.drain_timeout_ms,
+         "Hand the GPU on after this long even if a revoked tenant has not drained (default 1000)")
       ->check(CLI::Range(10, 600000));
   app.add_flag("--no-burst-guard", o.no_burst_guard,
                "Do not hold lower classes back before a high-priority tenant's regular bursts");
-  app.add_option("--ready-fd", o.ready_fd, "Write one byte to this fd once serving (used by fracgpu run)")
+  app.add_option("--ready-fd", o.ready_fd,
+                 "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
 }
 

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "common/result.h"
-
 #include "core/gpu_scheduler.h"
 
 namespace CLI {
@@ -21,10 +20,10 @@ namespace fracgpu::broker {
 struct BrokerOptions {
   std::string run_dir;
   std::string state_dir;
-  std::string driver;                    // empty: $FRACGPU_REAL_DRIVER, else libcuda.so.1
-  std::string reserve = "0";             // SIZE
+  std::string driver;                      // empty: $FRACGPU_REAL_DRIVER, else libcuda.so.1
+  std::string reserve = "0";               // SIZE
   std::string context_footprint = "auto";  // auto | SIZE
-  std::string metrics_listen;            // ADDR:PORT, empty = off
+  std::string metrics_listen;              // ADDR:PORT, empty = off
   std::string log_level = "info";
   int ready_fd = -1;  // written to (one byte) and closed once the broker serves
   // Compute scheduling (docs/configuration.md, "Compute shares").

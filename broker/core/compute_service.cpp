@@ -2,6 +2,7 @@
 // timer (see compute_service.h).
 #include "core/compute_service.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,8 +16,6 @@
 #include <cstring>
 #include <set>
 
-#include <spdlog/spdlog.h>
-
 #include "fracgpu/futex_word.h"
 #include "fracgpu/monotonic_clock.h"
 
@@ -27,7 +26,10 @@ namespace {
 class LedgerPort final : public SchedulingPort {
  public:
   LedgerPort(TenantQuota& quota, TenantLedger& ledger, std::size_t index)
-      : quota_(quota.devices[index]), usage_(ledger.devices[index]), ledger_(ledger), index_(index) {}
+      : quota_(quota.devices[index]),
+        usage_(ledger.devices[index]),
+        ledger_(ledger),
+        index_(index) {}
 
   uint32_t waiting() const override {  // live processes only: a dead waiter's count dies with it
     uint32_t total = 0;
@@ -37,7 +39,8 @@ class LedgerPort final : public SchedulingPort {
   bool launched_since(uint32_t epoch) const override {
     bool found = false;
     for_live([&](uint32_t slot) {
-      if (epoch_at_or_after(ledger_.schedule[slot][index_].launched_epoch.load(), epoch)) found = true;
+      if (epoch_at_or_after(ledger_.schedule[slot][index_].launched_epoch.load(), epoch))
+        found = true;
     });
     return found;
   }
@@ -46,7 +49,8 @@ class LedgerPort final : public SchedulingPort {
     for_live([&](uint32_t slot) {
       const SlotSchedule& s = ledger_.schedule[slot][index_];
       const uint32_t launched = s.launched_epoch.load();
-      if (!epoch_at_or_after(launched, first_epoch) || epoch_at_or_after(launched, revoke_epoch)) return;
+      if (!epoch_at_or_after(launched, first_epoch) || epoch_at_or_after(launched, revoke_epoch))
+        return;
       if (!epoch_at_or_after(s.drained_epoch.load(), revoke_epoch)) all = false;
     });
     return all;
@@ -57,7 +61,9 @@ class LedgerPort final : public SchedulingPort {
     return any;
   }
   uint32_t current_word() const override { return quota_.grant_word.load(); }
-  uint64_t burst_start() const override { return usage_.burst_start_ns.load(); }  // after span (release)
+  uint64_t burst_start() const override {
+    return usage_.burst_start_ns.load();
+  }  // after span (release)
   uint64_t burst_span() const override { return usage_.burst_span_ns.load(); }
   void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns,
                      uint64_t hold_ns) override {
@@ -77,7 +83,9 @@ class LedgerPort final : public SchedulingPort {
   template <typename Fn>
   void for_live(Fn&& fn) const {
     for (uint32_t i = 0; i < kMaxProcesses; ++i)
-      if (static_cast<SlotState>(ledger_.processes[i].state.load(std::memory_order_relaxed)) == SlotState::kLive) fn(i);
+      if (static_cast<SlotState>(ledger_.processes[i].state.load(std::memory_order_relaxed)) ==
+          SlotState::kLive)
+        fn(i);
   }
 
   DeviceQuota& quota_;
@@ -95,7 +103,8 @@ struct ComputeService::TenantLink {
   std::vector<std::pair<uint32_t, std::unique_ptr<LedgerPort>>> ports;  // (gpu, port)
 };
 
-ComputeService::ComputeService(EventLoop& loop, ComputeConfig config) : loop_(loop), config_(config) {}
+ComputeService::ComputeService(EventLoop& loop, ComputeConfig config)
+    : loop_(loop), config_(config) {}
 
 ComputeService::~ComputeService() {
   for (auto& [name, link] : tenants_) close_link(*link);
@@ -105,7 +114,9 @@ ComputeService::~ComputeService() {
 
 Status ComputeService::start() {
   timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (timer_fd_ < 0) return Status::failure(std::string("cannot create the scheduler timer: ") + std::strerror(errno));
+  if (timer_fd_ < 0)
+    return Status::failure(std::string("cannot create the scheduler timer: ") +
+                           std::strerror(errno));
   timer_id_ = loop_.add(timer_fd_, EPOLLIN, [this](uint32_t) {
     uint64_t expirations = 0;
     while (::read(timer_fd_, &expirations, sizeof expirations) > 0) {
@@ -116,16 +127,20 @@ Status ComputeService::start() {
   return {};
 }
 
-Status ComputeService::open_doorbell(TenantLink& link, const std::filesystem::path& dir, const std::string& name) {
+Status ComputeService::open_doorbell(TenantLink& link, const std::filesystem::path& dir,
+                                     const std::string& name) {
   const std::string path = (dir / "doorbell").string();
   sockaddr_un address{};
-  if (path.size() >= sizeof(address.sun_path)) return Status::failure("doorbell path too long: " + path);
+  if (path.size() >= sizeof(address.sun_path))
+    return Status::failure("doorbell path too long: " + path);
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status::failure(std::string("cannot create a doorbell socket: ") + std::strerror(errno));
+  if (fd < 0)
+    return Status::failure(std::string("cannot create a doorbell socket: ") + std::strerror(errno));
   ::unlink(path.c_str());  // left by an earlier broker
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::chmod(path.c_str(), 0666) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::chmod(path.c_str(), 0666) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
     return Status::failure("cannot bind " + path + ": " + why);
@@ -172,7 +187,8 @@ void ComputeService::sync_tenant(Tenant& t, std::unique_ptr<TenantLink>& link, i
   }
   const std::size_t count = std::min(t.spec.devices.size(), kMaxDevices);
   for (std::size_t i = 0; i < link->ports.size(); ++i) {  // GPUs it no longer has at that position
-    if (i >= count || link->ports[i].first != t.spec.devices[i].gpu) unschedule(link->ports[i].first, t.spec.name);
+    if (i >= count || link->ports[i].first != t.spec.devices[i].gpu)
+      unschedule(link->ports[i].first, t.spec.name);
   }
   link->ports.resize(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -180,7 +196,8 @@ void ComputeService::sync_tenant(Tenant& t, std::unique_ptr<TenantLink>& link, i
     if (link->ports[i].second == nullptr || link->ports[i].first != d.gpu)
       link->ports[i] = {d.gpu, std::make_unique<LedgerPort>(t.quota(), t.ledger(), i)};
     auto [it, created] = gpus_.try_emplace(d.gpu, config_);
-    it->second.upsert(t.spec.name, link->ports[i].second.get(), {d.compute, d.compute_limit, d.priority}, now);
+    it->second.upsert(t.spec.name, link->ports[i].second.get(),
+                      {d.compute, d.compute_limit, d.priority}, now);
   }
 }
 

@@ -3,6 +3,7 @@
 // be the one currently executing (a connection closing itself).
 #include "core/event_loop.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -12,8 +13,6 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 namespace fracgpu::broker {
 
@@ -113,7 +112,9 @@ void EventLoop::dispatch(Id id, uint32_t events) {
   handler(events);
 }
 
-void EventLoop::collect_garbage() { graveyard_.clear(); }
+void EventLoop::collect_garbage() {
+  graveyard_.clear();
+}
 
 void EventLoop::run() {
   running_ = true;
@@ -129,7 +130,8 @@ void EventLoop::run() {
     if (state_mutex_ != nullptr) lock = std::unique_lock<std::mutex>(*state_mutex_);
     for (int i = 0; i < n; ++i) {
       try {
-        dispatch(events[static_cast<std::size_t>(i)].data.u64, events[static_cast<std::size_t>(i)].events);
+        dispatch(events[static_cast<std::size_t>(i)].data.u64,
+                 events[static_cast<std::size_t>(i)].events);
       } catch (const std::exception& e) {
         spdlog::error("internal error while handling an event: {}", e.what());  // never fatal
       }

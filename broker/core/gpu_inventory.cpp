@@ -5,16 +5,15 @@
 // seen after creating a second one; the difference is what one more context costs.
 #include "core/gpu_inventory.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-#include <cuda.h>
-
 #include "fracgpu/gpu_uuid.h"
-#include <cudaTypedefs.h>
-#include <spdlog/spdlog.h>
 
 namespace fracgpu::broker {
 namespace {
@@ -44,7 +43,8 @@ bool resolve(void* handle, Fn& out, const char* name, const char* fallback = nul
 
 std::string choose_driver_path(const InventoryOptions& options) {
   if (!options.driver_path.empty()) return options.driver_path;
-  if (const char* env = std::getenv("FRACGPU_REAL_DRIVER"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("FRACGPU_REAL_DRIVER"); env != nullptr && *env != '\0')
+    return env;
   return "libcuda.so.1";
 }
 
@@ -53,7 +53,8 @@ Result<DriverApi> open_driver(const std::string& path) {
   api.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (api.handle == nullptr) {
     const char* why = dlerror();
-    return Result<DriverApi>::failure("cannot load the CUDA driver " + path + ": " + (why ? why : "unknown error"));
+    return Result<DriverApi>::failure("cannot load the CUDA driver " + path + ": " +
+                                      (why ? why : "unknown error"));
   }
   const bool all = resolve(api.handle, api.init, "cuInit") &&
                    resolve(api.handle, api.get_count, "cuDeviceGetCount") &&
@@ -64,7 +65,8 @@ Result<DriverApi> open_driver(const std::string& path) {
                    resolve(api.handle, api.ctx_create, "cuCtxCreate_v2") &&
                    resolve(api.handle, api.ctx_destroy, "cuCtxDestroy_v2") &&
                    resolve(api.handle, api.mem_get_info, "cuMemGetInfo_v2");
-  if (!all) return Result<DriverApi>::failure("the CUDA driver " + path + " lacks a required entry point");
+  if (!all)
+    return Result<DriverApi>::failure("the CUDA driver " + path + " lacks a required entry point");
   return api;
 }
 
@@ -77,8 +79,10 @@ std::optional<uint64_t> measure_footprint(const DriverApi& api, CUdevice dev) {
   CUcontext first = nullptr, second = nullptr;
   size_t free_one = 0, free_two = 0, total = 0;
   std::optional<uint64_t> result;
-  if (api.ctx_create(&first, 0, dev) == CUDA_SUCCESS && api.mem_get_info(&free_one, &total) == CUDA_SUCCESS &&
-      api.ctx_create(&second, 0, dev) == CUDA_SUCCESS && api.mem_get_info(&free_two, &total) == CUDA_SUCCESS) {
+  if (api.ctx_create(&first, 0, dev) == CUDA_SUCCESS &&
+      api.mem_get_info(&free_one, &total) == CUDA_SUCCESS &&
+      api.ctx_create(&second, 0, dev) == CUDA_SUCCESS &&
+      api.mem_get_info(&free_two, &total) == CUDA_SUCCESS) {
     result = free_one > free_two ? free_one - free_two : 0;
   }
   if (second != nullptr) api.ctx_destroy(second);
@@ -88,23 +92,28 @@ std::optional<uint64_t> measure_footprint(const DriverApi& api, CUdevice dev) {
 
 Result<GpuInfo> describe_gpu(const DriverApi& api, int ordinal, const InventoryOptions& options) {
   CUdevice dev = 0;
-  if (CUresult rc = api.get(&dev, ordinal); rc != CUDA_SUCCESS) return Result<GpuInfo>::failure(cu_error("cuDeviceGet", rc));
+  if (CUresult rc = api.get(&dev, ordinal); rc != CUDA_SUCCESS)
+    return Result<GpuInfo>::failure(cu_error("cuDeviceGet", rc));
   GpuInfo info;
   info.index = static_cast<uint32_t>(ordinal);
   char name[256] = {};
   if (api.get_name(name, sizeof name - 1, dev) == CUDA_SUCCESS) info.name = name;
   CUuuid uuid{};
-  if (CUresult rc = api.get_uuid(&uuid, dev); rc != CUDA_SUCCESS) return Result<GpuInfo>::failure(cu_error("cuDeviceGetUuid", rc));
+  if (CUresult rc = api.get_uuid(&uuid, dev); rc != CUDA_SUCCESS)
+    return Result<GpuInfo>::failure(cu_error("cuDeviceGetUuid", rc));
   info.uuid = format_gpu_uuid(uuid.bytes);
   size_t total = 0;
-  if (CUresult rc = api.total_mem(&total, dev); rc != CUDA_SUCCESS) return Result<GpuInfo>::failure(cu_error("cuDeviceTotalMem", rc));
+  if (CUresult rc = api.total_mem(&total, dev); rc != CUDA_SUCCESS)
+    return Result<GpuInfo>::failure(cu_error("cuDeviceTotalMem", rc));
   info.memory_total = total;
   if (options.context_footprint) {
     info.context_footprint = *options.context_footprint;
   } else if (auto measured = measure_footprint(api, dev)) {
     info.context_footprint = *measured;
   } else {
-    spdlog::warn("GPU {}: could not measure the CUDA context footprint; charging 0 bytes per context", ordinal);
+    spdlog::warn(
+        "GPU {}: could not measure the CUDA context footprint; charging 0 bytes per context",
+        ordinal);
   }
   return info;
 }

@@ -23,7 +23,7 @@ struct GpuInfo {
 };
 
 struct InventoryOptions {
-  std::string driver_path;                  // empty: $FRACGPU_REAL_DRIVER, else "libcuda.so.1"
+  std::string driver_path;                    // empty: $FRACGPU_REAL_DRIVER, else "libcuda.so.1"
   std::optional<uint64_t> context_footprint;  // nullopt: measure ("auto")
 };
 

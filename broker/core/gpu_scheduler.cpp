@@ -13,7 +13,9 @@ namespace {
 constexpr double kVtimeScale = 1024.0;
 constexpr int64_t kHistoryPeriodNs = 250'000'000;
 
-bool is_high(const ComputeSettings& s) { return s.priority == PriorityClass::kHigh; }
+bool is_high(const ComputeSettings& s) {
+  return s.priority == PriorityClass::kHigh;
+}
 
 // Virtual time that `ns` of GPU time costs at `weight`: held ns x 1024 / weight.
 double vtime_of(int64_t ns, uint32_t weight) {
@@ -39,7 +41,8 @@ void BurstRhythm::observe(uint64_t start, uint64_t previous_span) {
   }
   outliers = 0;
   gaps[samples % kWindow] = gap;
-  spans[samples % kWindow] = static_cast<double>(std::min<uint64_t>(previous_span, static_cast<uint64_t>(gap)));
+  spans[samples % kWindow] =
+      static_cast<double>(std::min<uint64_t>(previous_span, static_cast<uint64_t>(gap)));
   ++samples;
 }
 
@@ -79,7 +82,8 @@ void GpuScheduler::apply_guard(int64_t now) {
     // A burst comes later than the floor by as much as its last request waited: hold
     // on for up to the spread of the gaps, so that the rhythm settles at the floor.
     const double spread = source->rhythm.median() - floor;
-    late = static_cast<uint64_t>(lead + std::min(std::max({kMinGuardLateNs, spread, floor / 4}), floor / 2));
+    late = static_cast<uint64_t>(
+        lead + std::min(std::max({kMinGuardLateNs, spread, floor / 4}), floor / 2));
     // A burst that came unguarded (overdue, or with no prediction out) may have waited
     // for a lower class's kernel, and then the next one comes later by as much: hold on
     // for up to a whole period this once. Otherwise the late burst meets a kernel
@@ -87,7 +91,8 @@ void GpuScheduler::apply_guard(int64_t now) {
     if (!source->rhythm.covered) late = std::max(late, static_cast<uint64_t>(lead + floor));
     // Released when the burst is seen, others wait until its launches are in: the
     // longest recent burst plus the time for its last kernel to reach the GPU.
-    hold = static_cast<uint64_t>(std::min(source->rhythm.longest_span() + kGuardSettleNs, floor / 2));
+    hold =
+        static_cast<uint64_t>(std::min(source->rhythm.longest_span() + kGuardSettleNs, floor / 2));
   }
   for (auto& [name, e] : entries_)
     if (is_high(e.settings)) e.rhythm.deadline = &e == source ? next + late : 0;
@@ -105,7 +110,8 @@ void GpuScheduler::publish(Entry& e, bool granted, bool notify, bool new_epoch) 
   e.port->publish(make_grant_word(e.epoch, granted, notify), e.limit_us);
 }
 
-void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings, int64_t now) {
+void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings,
+                          int64_t now) {
   auto [it, inserted] = entries_.try_emplace(tenant);
   Entry& e = it->second;
   const bool fresh = inserted || e.port != port;
@@ -118,7 +124,8 @@ void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, Compu
     phase_ = Phase::kIdle;
   }
   if (fresh) {
-    e.epoch = (grant_epoch(port->current_word()) + 1) & kEpochMask;  // continue after any earlier broker
+    e.epoch =
+        (grant_epoch(port->current_word()) + 1) & kEpochMask;  // continue after any earlier broker
     e.tokens_ns = config_.slice_ns;
     double least = -1;
     for (const auto& [name, other] : entries_)
@@ -194,7 +201,8 @@ void GpuScheduler::step_high(Entry& e, int64_t now) {
   if (launched) e.active_until = now + config_.high_hold_ns;
   const bool active = now < e.active_until;
   if (active && now - e.last_sample >= config_.idle_tick_ns) {
-    if (launched) e.held_ns += now - e.last_sample;  // activity windows: an upper bound of its GPU time
+    if (launched)
+      e.held_ns += now - e.last_sample;  // activity windows: an upper bound of its GPU time
     publish(e, true, false, true);
     e.sample_epoch = e.epoch;
     e.last_sample = now;
@@ -213,17 +221,21 @@ bool GpuScheduler::high_active(int64_t now) const {
 
 bool GpuScheduler::normal_waiting() const {
   for (const auto& [name, e] : entries_)
-    if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e)) return true;
+    if (e.settings.priority == PriorityClass::kNormal && e.wait_since != 0 && eligible(e))
+      return true;
   return false;
 }
 
 bool GpuScheduler::pausing(const Entry& e, int64_t now) const {
-  return e.paused_since != 0 && now - e.paused_since < config_.pause_grace_ns && e.port->has_processes();
+  return e.paused_since != 0 && now - e.paused_since < config_.pause_grace_ns &&
+         e.port->has_processes();
 }
 
 bool GpuScheduler::others_competing(int64_t now) const {
   for (const auto& [name, e] : entries_)
-    if (name != holder_ && !is_high(e.settings) && (e.wait_since != 0 || pausing(e, now)) && eligible(e)) return true;
+    if (name != holder_ && !is_high(e.settings) && (e.wait_since != 0 || pausing(e, now)) &&
+        eligible(e))
+      return true;
   return false;
 }
 
@@ -247,12 +259,14 @@ void GpuScheduler::step_holder(int64_t now) {
   // Not launching is idleness only once the work it has in flight (at most the contended
   // bound) could have finished and a tick more has passed: a tenant waiting on its own
   // kernels in a synchronisation is still using the GPU.
-  const int64_t idle_limit =
-      contended ? int64_t{config_.contended_inflight_us} * 1000 + config_.tick_ns : config_.idle_revoke_ns;
+  const int64_t idle_limit = contended
+                                 ? int64_t{config_.contended_inflight_us} * 1000 + config_.tick_ns
+                                 : config_.idle_revoke_ns;
   const bool out_of_tokens = h.settings.ceiling_pct > 0 && tokens_now(h, now) <= 0;
   const bool idle = now - last_active_ >= idle_limit;
   const bool slice_over = contended && now >= slice_end_;
-  const bool preempted = (h.settings.priority == PriorityClass::kLow && normal_waiting()) || outranked(h, now);
+  const bool preempted =
+      (h.settings.priority == PriorityClass::kLow && normal_waiting()) || outranked(h, now);
   if (out_of_tokens || idle || slice_over || preempted || !h.port->has_processes()) revoke(now);
 }
 
@@ -264,8 +278,11 @@ bool GpuScheduler::outranked(const Entry& h, int64_t now) const {
   if (now - grant_start_ < config_.tick_ns) return false;
   const double projected = h.vtime + vtime_of(owed_ns(now), h.settings.weight);
   for (const auto& [name, e] : entries_) {
-    if (name == holder_ || e.wait_since == 0 || e.settings.priority != h.settings.priority || !eligible(e)) continue;
-    const uint32_t lighter = std::min(h.settings.weight, e.settings.weight);  // vtime_of treats 0 as 1
+    if (name == holder_ || e.wait_since == 0 || e.settings.priority != h.settings.priority ||
+        !eligible(e))
+      continue;
+    const uint32_t lighter =
+        std::min(h.settings.weight, e.settings.weight);  // vtime_of treats 0 as 1
     if (e.vtime + vtime_of(config_.slice_ns, lighter) < projected) return true;
   }
   return false;
@@ -282,15 +299,19 @@ void GpuScheduler::revoke(int64_t now) {
 // Charges the holder grant -> drained (the drain is GPU time it used) and frees the GPU.
 void GpuScheduler::step_draining(int64_t now) {
   Entry& h = entries_.at(holder_);
-  if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() && now < drain_deadline_) return;
+  if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() &&
+      now < drain_deadline_)
+    return;
   const int64_t held = now - grant_start_;
   h.held_ns += held;
   h.vtime += vtime_of(owed_ns(now), h.settings.weight);
   if (h.settings.ceiling_pct > 0) h.tokens_ns -= held;
   phase_ = Phase::kIdle;
   holder_.clear();
-  if (h.port->waiting() > 0) h.wait_since = now;
-  else h.paused_since = now;
+  if (h.port->waiting() > 0)
+    h.wait_since = now;
+  else
+    h.paused_since = now;
 }
 
 GpuScheduler::Entry* GpuScheduler::choose(int64_t now) {
@@ -341,12 +362,16 @@ void GpuScheduler::apply_limits(int64_t now) {
   for (auto& [name, e] : entries_) {
     if (is_high(e.settings)) continue;
     uint32_t limit = 0;
-    if (high) limit = config_.high_inflight_us;
-    else if (demand >= 2 || e.settings.ceiling_pct > 0) limit = config_.contended_inflight_us;
-    else if (with_processes > 1) limit = config_.shared_inflight_us;
+    if (high)
+      limit = config_.high_inflight_us;
+    else if (demand >= 2 || e.settings.ceiling_pct > 0)
+      limit = config_.contended_inflight_us;
+    else if (with_processes > 1)
+      limit = config_.shared_inflight_us;
     if (limit == e.limit_us) continue;
     e.limit_us = limit;
-    publish(e, e.granted, e.notify, e.granted);  // a granted tenant re-reads its bound at the new epoch
+    publish(e, e.granted, e.notify,
+            e.granted);  // a granted tenant re-reads its bound at the new epoch
     if (name == holder_ && phase_ == Phase::kHolding) sample_epoch_ = e.epoch;
   }
 }
@@ -360,7 +385,8 @@ void GpuScheduler::record_history(int64_t now) {
   last_history_ = now;
   for (auto& [name, e] : entries_) {
     e.history.emplace_back(now, held_now(name, e, now));
-    while (e.history.size() > 2 && e.history[1].first <= now - config_.share_window_ns) e.history.pop_front();
+    while (e.history.size() > 2 && e.history[1].first <= now - config_.share_window_ns)
+      e.history.pop_front();
   }
 }
 
@@ -385,9 +411,11 @@ int64_t GpuScheduler::next_deadline(int64_t now) const {
     busy = true;
     if (!eligible(e) && e.settings.ceiling_pct > 0) {
       const int64_t missing = config_.slice_ns / 4 - e.tokens_ns;
-      next = std::min(next, now + std::max<int64_t>(missing * 100 / e.settings.ceiling_pct, 100'000));
+      next =
+          std::min(next, now + std::max<int64_t>(missing * 100 / e.settings.ceiling_pct, 100'000));
     }
-    if (e.settings.priority == PriorityClass::kLow) next = std::min(next, e.wait_since + config_.low_starvation_ns);
+    if (e.settings.priority == PriorityClass::kLow)
+      next = std::min(next, e.wait_since + config_.low_starvation_ns);
   }
   if (busy) next = std::min(next, last_history_ + kHistoryPeriodNs);
   return std::max(next, now + 50'000);
@@ -412,15 +440,20 @@ std::optional<ComputeStatus> GpuScheduler::status(const std::string& tenant, int
   if (it == entries_.end()) return std::nullopt;
   const Entry& e = it->second;
   ComputeStatus s;
-  if (tenant == holder_ && phase_ == Phase::kHolding) s.state = "granted";
-  else if (tenant == holder_ && phase_ == Phase::kDraining) s.state = "draining";
-  else if (is_high(e.settings)) s.state = now < e.active_until ? "granted" : "idle";
-  else if (e.wait_since != 0) s.state = "waiting";
+  if (tenant == holder_ && phase_ == Phase::kHolding)
+    s.state = "granted";
+  else if (tenant == holder_ && phase_ == Phase::kDraining)
+    s.state = "draining";
+  else if (is_high(e.settings))
+    s.state = now < e.active_until ? "granted" : "idle";
+  else if (e.wait_since != 0)
+    s.state = "waiting";
   const int64_t held = held_now(tenant, e, now);
   s.gpu_seconds = static_cast<double>(held) / 1e9;
   if (!e.history.empty() && now > e.history.front().first) {
     const auto& [since, held_then] = e.history.front();
-    s.measured_share = std::clamp(static_cast<double>(held - held_then) / static_cast<double>(now - since), 0.0, 1.0);
+    s.measured_share = std::clamp(
+        static_cast<double>(held - held_then) / static_cast<double>(now - since), 0.0, 1.0);
   }
   return s;
 }

@@ -9,8 +9,9 @@
 //    credit behind the least virtual time of the others (no banking of idle time),
 //    while one that merely paused (a host-side sync, shorter than pause_grace) keeps
 //    its place; time a holder runs while nobody else waits or pauses is lent, not
-//    owed: it counts in its measured GPU time but not in its virtual time. An idle holder is revoked as soon as someone
-//    else waits (work-conserving); a lone holder keeps the GPU, no handoffs.
+//    owed: it counts in its measured GPU time but not in its virtual time. An idle holder is
+//    revoked as soon as someone else waits (work-conserving); a lone holder keeps the GPU, no
+//    handoffs.
 //  * low tenants only get slices no normal tenant wants, except that one waiting
 //    longer than low_starvation gets the next slice (bounded waiting).
 //  * a ceiling is a token bucket of held time refilled at ceiling% of wall time; an
@@ -34,9 +35,9 @@ namespace fracgpu::broker {
 
 struct ComputeConfig {
   int64_t slice_ns = 20'000'000;
-  int64_t tick_ns = 2'000'000;             // sampling period while contended
-  int64_t idle_tick_ns = 10'000'000;       // sampling period of a lone holder / high tenants
-  int64_t idle_revoke_ns = 50'000'000;     // a lone holder that stops launching this long is revoked
+  int64_t tick_ns = 2'000'000;          // sampling period while contended
+  int64_t idle_tick_ns = 10'000'000;    // sampling period of a lone holder / high tenants
+  int64_t idle_revoke_ns = 50'000'000;  // a lone holder that stops launching this long is revoked
   int64_t drain_timeout_ns = 1'000'000'000;
   int64_t high_hold_ns = 100'000'000;
   int64_t low_starvation_ns = 2'000'000'000;
@@ -54,8 +55,9 @@ struct ComputeConfig {
 class SchedulingPort {
  public:
   virtual ~SchedulingPort() = default;
-  virtual uint32_t waiting() const = 0;                       // threads blocked at the gate
-  virtual bool launched_since(uint32_t epoch) const = 0;       // a live process launched in epoch >= this
+  virtual uint32_t waiting() const = 0;  // threads blocked at the gate
+  virtual bool launched_since(
+      uint32_t epoch) const = 0;  // a live process launched in epoch >= this
   virtual bool drained(uint32_t first_epoch, uint32_t revoke_epoch) const = 0;
   virtual bool has_processes() const = 0;
   virtual uint32_t current_word() const = 0;
@@ -64,8 +66,8 @@ class SchedulingPort {
   // prediction published to the others (period 0 = none).
   virtual uint64_t burst_start() const { return 0; }
   virtual uint64_t burst_span() const { return 0; }
-  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns, uint64_t late_ns,
-                             uint64_t hold_ns) {
+  virtual void publish_guard(uint64_t next_ns, uint64_t period_ns, uint32_t lead_ns,
+                             uint64_t late_ns, uint64_t hold_ns) {
     (void)next_ns, (void)period_ns, (void)lead_ns, (void)late_ns, (void)hold_ns;
   }
 };
@@ -83,7 +85,7 @@ struct BurstRhythm {
   uint64_t last = 0;
   double gaps[kWindow] = {};
   double spans[kWindow] = {};  // first to last launch of each burst
-  int samples = 0;  // gaps recorded since the last reset (the ring holds min(samples, kWindow))
+  int samples = 0;   // gaps recorded since the last reset (the ring holds min(samples, kWindow))
   int outliers = 0;  // consecutive gaps out of range
   // The guard out when the latest burst came (next + late; 0 = none), and whether that
   // burst came within it: one that did not may have waited for a lower class's kernel.
@@ -112,13 +114,16 @@ struct ComputeStatus {
 
 // Epochs are 30 bits wide and wrap; compare them modulo.
 constexpr uint32_t kEpochMask = (1u << 30) - 1;
-constexpr bool epoch_at_or_after(uint32_t a, uint32_t b) { return ((a - b) & kEpochMask) < (kEpochMask / 2); }
+constexpr bool epoch_at_or_after(uint32_t a, uint32_t b) {
+  return ((a - b) & kEpochMask) < (kEpochMask / 2);
+}
 
 class GpuScheduler {
  public:
   explicit GpuScheduler(ComputeConfig config = {}) : config_(config) {}
 
-  void upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings, int64_t now);
+  void upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings,
+              int64_t now);
   void remove(const std::string& tenant);
   // Re-evaluates everything; returns when it next needs to run (INT64_MAX: only on events).
   int64_t step(int64_t now);
@@ -142,8 +147,8 @@ class GpuScheduler {
     int64_t last_sample = 0;   // high: when its epoch was last bumped to sample activity
     uint32_t sample_epoch = 0;
     std::deque<std::pair<int64_t, int64_t>> history;  // (time, held) for the measured share
-    BurstRhythm rhythm;        // high: its bursts
-    uint64_t guard_next = 0;   // others: the guard last published to it
+    BurstRhythm rhythm;                               // high: its bursts
+    uint64_t guard_next = 0;                          // others: the guard last published to it
   };
   enum class Phase { kIdle, kHolding, kDraining };
 
@@ -179,8 +184,8 @@ class GpuScheduler {
   int64_t grant_start_ = 0;
   int64_t contended_since_ = 0;  // holder: start of the part of its grant that others waited for
   int64_t slice_end_ = 0;
-  int64_t last_active_ = 0;   // holder: last time it was seen launching
-  int64_t last_sample_ = 0;   // holder: last epoch bump
+  int64_t last_active_ = 0;  // holder: last time it was seen launching
+  int64_t last_sample_ = 0;  // holder: last epoch bump
   uint32_t sample_epoch_ = 0;
   uint32_t first_epoch_ = 0;  // holder: first epoch of this grant
   uint32_t revoke_epoch_ = 0;

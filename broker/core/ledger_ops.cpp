@@ -4,16 +4,18 @@
 // weaker orders to matter.
 #include "core/ledger_ops.h"
 
-#include "fracgpu/ledger_protocol.h"
-
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "fracgpu/ledger_protocol.h"
+
 namespace fracgpu::broker::ledger {
 namespace {
 
-SlotState state_of(const ProcessSlot& s) { return static_cast<SlotState>(s.state.load()); }
+SlotState state_of(const ProcessSlot& s) {
+  return static_cast<SlotState>(s.state.load());
+}
 
 void clear_usage(ProcessSlot& s) {
   for (auto& u : s.used) u.store(0);
@@ -77,10 +79,12 @@ void initialize(TenantLedger& ledger) {
   ledger.magic = kLedgerMagic;
 }
 
-std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid, uint64_t start_time) {
+std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid,
+                                       uint64_t start_time) {
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     const ProcessSlot& s = ledger.processes[i];
-    if (state_of(s) == SlotState::kLive && s.pid.load() == pid && s.start_time.load() == start_time) return i;
+    if (state_of(s) == SlotState::kLive && s.pid.load() == pid && s.start_time.load() == start_time)
+      return i;
   }
   return std::nullopt;
 }
@@ -92,7 +96,8 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
     if (state_of(s) != SlotState::kFree) continue;
     clear_usage(s);
     s.op_seq.store(0);
-    for (SlotSchedule& sched : ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
+    for (SlotSchedule& sched :
+         ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
       sched.launched_epoch.store(0);
       sched.drained_epoch.store(0);
       sched.waiting.store(0);
@@ -106,7 +111,8 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
 }
 
 void mark_dead(TenantLedger& ledger, uint32_t slot) {
-  if (slot < kMaxProcesses) ledger.processes[slot].state.store(static_cast<uint32_t>(SlotState::kDead));
+  if (slot < kMaxProcesses)
+    ledger.processes[slot].state.store(static_cast<uint32_t>(SlotState::kDead));
 }
 
 uint32_t live_process_count(const TenantLedger& ledger) {
@@ -166,8 +172,10 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
   return true;
 }
 
-bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes) {
-  return ledger_protocol::try_reserve(quota, ledger, slot, device, bytes) == ReserveOutcome::kReserved;
+bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device,
+             uint64_t bytes) {
+  return ledger_protocol::try_reserve(quota, ledger, slot, device, bytes) ==
+         ReserveOutcome::kReserved;
 }
 
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {

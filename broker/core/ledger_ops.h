@@ -18,7 +18,8 @@ namespace fracgpu::broker::ledger {
 void initialize(TenantLedger& ledger);
 
 // The slot of a live process with this pid and start time, if any.
-std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid, uint64_t start_time);
+std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid,
+                                       uint64_t start_time);
 
 // find_live_slot, else a free slot filled with pid/start_time and state=Live.
 // nullopt when all kMaxProcesses slots are taken.
@@ -43,7 +44,8 @@ bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts);
 
 // The shim's fast path (fracgpu/ledger_protocol.h): reserve `bytes` on `device` for the
 // process in `slot` within its grant; false when refused.
-bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device, uint64_t bytes);
+bool reserve(TenantLedger& ledger, const TenantQuota& quota, uint32_t slot, uint32_t device,
+             uint64_t bytes);
 void release(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes);
 
 // Lowers memory_grant to `target` (never below what is in use: after the store, used is

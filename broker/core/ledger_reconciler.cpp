@@ -19,16 +19,19 @@ void LedgerReconciler::reconcile(Tenant& tenant) {
     return;
   }
   if (pending_.insert(tenant.spec.name).second) {
-    spdlog::warn("tenant {}: a process died mid-allocation and the others are too busy to reconcile now; retrying",
-                 tenant.spec.name);
+    spdlog::warn(
+        "tenant {}: a process died mid-allocation and the others are too busy to reconcile now; "
+        "retrying",
+        tenant.spec.name);
   }
 }
 
 void LedgerReconciler::tick() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     Tenant* t = registry_.find(*it);
-    it = (t == nullptr || ledger::reclaim_dead_slots(t->ledger(), kAttemptsPerPass)) ? pending_.erase(it)
-                                                                                       : std::next(it);
+    it = (t == nullptr || ledger::reclaim_dead_slots(t->ledger(), kAttemptsPerPass))
+             ? pending_.erase(it)
+             : std::next(it);
   }
 }
 

@@ -4,14 +4,13 @@
 // dropped, so one misbehaving client cannot grow the broker's memory without bound.
 #include "core/line_server.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "fracgpu/protocol.h"
 
@@ -21,16 +20,22 @@ namespace {
 constexpr std::size_t kMaxPendingOutput = 4u << 20;
 constexpr std::size_t kMaxConnections = 4096;
 
-bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+bool blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r") == std::string::npos;
+}
 
 }  // namespace
 
 LineServer::LineServer(EventLoop& loop, std::string label, RequestHandler on_request)
     : loop_(loop), label_(std::move(label)), on_request_(std::move(on_request)) {}
 
-LineServer::~LineServer() { shutdown(false); }
+LineServer::~LineServer() {
+  shutdown(false);
+}
 
-nlohmann::json LineServer::error_reply(const std::string& sentence) { return {{"ok", false}, {"error", sentence}}; }
+nlohmann::json LineServer::error_reply(const std::string& sentence) {
+  return {{"ok", false}, {"error", sentence}};
+}
 
 Status LineServer::listen(const std::filesystem::path& path, mode_t mode) {
   auto fd = listen_unix(path, mode);
@@ -55,12 +60,14 @@ void LineServer::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR) spdlog::warn("{}: accept failed: {}", label_, std::strerror(errno));
+      if (errno != EAGAIN && errno != EINTR)
+        spdlog::warn("{}: accept failed: {}", label_, std::strerror(errno));
       return;
     }
     auto cred = peer_credentials(fd);
     if (!cred || peers_.size() >= kMaxConnections) {
-      spdlog::warn("{}: refusing a connection ({})", label_, cred ? "too many connections" : "no peer credentials");
+      spdlog::warn("{}: refusing a connection ({})", label_,
+                   cred ? "too many connections" : "no peer credentials");
       ::close(fd);
       continue;
     }
@@ -69,7 +76,8 @@ void LineServer::accept_all() {
     peer->fd = fd;
     peer->cred = *cred;
     const uint64_t id = peer->id;
-    peer->loop_id = loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { handle_events(id, ev); });
+    peer->loop_id =
+        loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { handle_events(id, ev); });
     if (peer->loop_id == 0) {
       ::close(fd);
       continue;
@@ -84,7 +92,8 @@ void LineServer::handle_events(uint64_t peer_id, uint32_t events) {
   if (it == peers_.end()) return;
   Peer& peer = *it->second;
   if (events & EPOLLOUT) flush(peer);
-  if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) && peers_.count(peer_id)) read_from(peer);
+  if ((events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) && peers_.count(peer_id))
+    read_from(peer);
 }
 
 void LineServer::read_from(Peer& peer) {
@@ -112,9 +121,10 @@ void LineServer::process_lines(Peer& peer) {
     const std::size_t nl = peer.in.find('\n', start);
     const std::size_t line_len = (nl == std::string::npos ? peer.in.size() : nl) - start;
     if (line_len > protocol::kMaxMessageBytes) {
-      spdlog::warn("{}: pid {} sent a line longer than {} bytes; disconnecting", label_, peer.cred.pid,
-                   protocol::kMaxMessageBytes);
-      send(peer, error_reply("message longer than " + std::to_string(protocol::kMaxMessageBytes) + " bytes"));
+      spdlog::warn("{}: pid {} sent a line longer than {} bytes; disconnecting", label_,
+                   peer.cred.pid, protocol::kMaxMessageBytes);
+      send(peer, error_reply("message longer than " + std::to_string(protocol::kMaxMessageBytes) +
+                             " bytes"));
       peer.closing = true;
       break;
     }
@@ -134,7 +144,8 @@ void LineServer::process_lines(Peer& peer) {
 void LineServer::handle_line(Peer& peer, const std::string& line) {
   nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!request.is_object()) {
-    spdlog::warn("{}: pid {} sent a line that is not a JSON object; disconnecting", label_, peer.cred.pid);
+    spdlog::warn("{}: pid {} sent a line that is not a JSON object; disconnecting", label_,
+                 peer.cred.pid);
     send(peer, error_reply("request is not a JSON object"));
     peer.closing = true;
     return;
@@ -143,7 +154,8 @@ void LineServer::handle_line(Peer& peer, const std::string& line) {
   try {
     reply = on_request_(peer, request);
   } catch (const std::exception& e) {  // a handler bug must not take the broker down
-    spdlog::error("{}: internal error handling a request from pid {}: {}", label_, peer.cred.pid, e.what());
+    spdlog::error("{}: internal error handling a request from pid {}: {}", label_, peer.cred.pid,
+                  e.what());
     reply = error_reply(std::string("internal broker error: ") + e.what());
   }
   send(peer, reply);
@@ -157,7 +169,8 @@ void LineServer::send(Peer& peer, const nlohmann::json& reply) {
 
 void LineServer::flush(Peer& peer) {
   while (!peer.out.empty()) {
-    const ssize_t n = ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       peer.out.erase(0, static_cast<std::size_t>(n));
       continue;
@@ -172,7 +185,8 @@ void LineServer::flush(Peer& peer) {
     peer.out.clear();
     peer.closing = true;
   }
-  const uint32_t want = EPOLLIN | EPOLLRDHUP | (peer.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
+  const uint32_t want =
+      EPOLLIN | EPOLLRDHUP | (peer.out.empty() ? 0u : static_cast<uint32_t>(EPOLLOUT));
   loop_.modify(peer.loop_id, want);
   if (peer.closing && peer.out.empty() && peer.in.empty()) disconnect(peer.id);
 }

@@ -31,11 +31,14 @@ uint64_t headroom_above(uint64_t level, uint64_t limit) {
 
 uint64_t MemoryArbiter::guaranteed_on(std::span<const ArbiterMember> all, uint32_t gpu) const {
   uint64_t sum = 0;
-  for_each_device_on(all, gpu, [&](const ArbiterMember&, DeviceQuota& q, DeviceUsage&) { sum += q.memory_request.load(); });
+  for_each_device_on(all, gpu, [&](const ArbiterMember&, DeviceQuota& q, DeviceUsage&) {
+    sum += q.memory_request.load();
+  });
   return sum;
 }
 
-uint64_t MemoryArbiter::borrowed_on(std::span<const ArbiterMember> all, uint32_t gpu, const TenantQuota* skip) const {
+uint64_t MemoryArbiter::borrowed_on(std::span<const ArbiterMember> all, uint32_t gpu,
+                                    const TenantQuota* skip) const {
   uint64_t sum = 0;
   for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage&) {
     const uint64_t grant = q.memory_grant.load(), request = q.memory_request.load();
@@ -56,28 +59,32 @@ uint64_t MemoryArbiter::grantable(std::span<const ArbiterMember> all, const Arbi
   return std::min(q.memory_limit.load(), q.memory_request.load() + free_pool);
 }
 
-void MemoryArbiter::squeeze_others(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t gpu) {
+void MemoryArbiter::squeeze_others(std::span<const ArbiterMember> all, const ArbiterMember& who,
+                                   uint32_t gpu) {
   for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage& u) {
     if (m.quota == who.quota) return;
     ledger::lower_grant(q, u, std::max(q.memory_request.load(), u.used.load()));
   });
 }
 
-Result<uint64_t> MemoryArbiter::burst(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t device,
-                                      uint64_t bytes) {
-  if (device >= std::min<uint32_t>(who.quota->device_count, kMaxDevices) || who.quota->devices[device].present != 1) {
-    return Result<uint64_t>::failure("device " + std::to_string(device) + " is not one of the GPUs of tenant '" +
-                                     who.name + "'");
+Result<uint64_t> MemoryArbiter::burst(std::span<const ArbiterMember> all, const ArbiterMember& who,
+                                      uint32_t device, uint64_t bytes) {
+  if (device >= std::min<uint32_t>(who.quota->device_count, kMaxDevices) ||
+      who.quota->devices[device].present != 1) {
+    return Result<uint64_t>::failure("device " + std::to_string(device) +
+                                     " is not one of the GPUs of tenant '" + who.name + "'");
   }
   DeviceQuota& q = who.quota->devices[device];
   const uint64_t limit = q.memory_limit.load(), used = who.ledger->devices[device].used.load();
   const std::string where = "tenant '" + who.name + "' on GPU " + std::to_string(q.host_index);
   if (bytes > limit || used > limit - bytes) {
-    return Result<uint64_t>::failure("allocating " + format_size(bytes) + " would take " + where + " to " +
-                                     format_size(used + bytes) + ", over its memory limit of " + format_size(limit));
+    return Result<uint64_t>::failure("allocating " + format_size(bytes) + " would take " + where +
+                                     " to " + format_size(used + bytes) +
+                                     ", over its memory limit of " + format_size(limit));
   }
   const uint64_t need = used + bytes;
-  const uint64_t want = std::min(limit, std::max(q.memory_grant.load(), need + headroom_above(need, limit)));
+  const uint64_t want =
+      std::min(limit, std::max(q.memory_grant.load(), need + headroom_above(need, limit)));
   if (want <= q.memory_grant.load()) return q.memory_grant.load();
   uint64_t most = grantable(all, who, q);
   if (most < want) {
@@ -88,8 +95,10 @@ Result<uint64_t> MemoryArbiter::burst(std::span<const ArbiterMember> all, const 
   if (grant < need) {
     return Result<uint64_t>::failure(
         "cannot grant " + where + " " + format_size(need) + " (its guaranteed request is " +
-        format_size(q.memory_request.load()) + "): the rest of the GPU's " + format_size(capacity(q.host_index)) +
-        " is guaranteed to or borrowed by other tenants, so at most " + format_size(most) + " is available now");
+        format_size(q.memory_request.load()) + "): the rest of the GPU's " +
+        format_size(capacity(q.host_index)) +
+        " is guaranteed to or borrowed by other tenants, so at most " + format_size(most) +
+        " is available now");
   }
   if (grant > q.memory_grant.load()) q.memory_grant.store(grant);
   return q.memory_grant.load();
@@ -104,7 +113,8 @@ void MemoryArbiter::reclaim(std::span<const ArbiterMember> all) {
       const uint64_t request = q.memory_request.load(), grant = q.memory_grant.load();
       if (q.present != 1 || grant <= request) continue;
       const uint64_t used = u.used.load();
-      const uint64_t target = std::max(request, std::min(grant, used + headroom_above(used, q.memory_limit.load())));
+      const uint64_t target =
+          std::max(request, std::min(grant, used + headroom_above(used, q.memory_limit.load())));
       ledger::lower_grant(q, u, target);
     }
   }

@@ -17,7 +17,8 @@
 
 namespace fracgpu::broker {
 
-inline constexpr uint64_t kBurstHeadroom = 256ull << 20;  // extra grant so not every allocation asks
+inline constexpr uint64_t kBurstHeadroom = 256ull
+                                           << 20;  // extra grant so not every allocation asks
 
 struct ArbiterMember {
   std::string name;
@@ -36,18 +37,20 @@ class MemoryArbiter {
   // Raises `who`'s grant on its device `device` (index into its TenantQuota.devices) so
   // that used + bytes fits, plus headroom when available. Returns the new grant, or the
   // sentence explaining which limit or which other tenants' memory forbids it.
-  Result<uint64_t> burst(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t device,
-                         uint64_t bytes);
+  Result<uint64_t> burst(std::span<const ArbiterMember> all, const ArbiterMember& who,
+                         uint32_t device, uint64_t bytes);
 
   // Lowers every grant above its request to max(request, used + headroom).
   void reclaim(std::span<const ArbiterMember> all);
 
   // Sum of requests on host GPU `gpu`, and of grants above request, optionally skipping one tenant.
   uint64_t guaranteed_on(std::span<const ArbiterMember> all, uint32_t gpu) const;
-  uint64_t borrowed_on(std::span<const ArbiterMember> all, uint32_t gpu, const TenantQuota* skip) const;
+  uint64_t borrowed_on(std::span<const ArbiterMember> all, uint32_t gpu,
+                       const TenantQuota* skip) const;
 
  private:
-  uint64_t grantable(std::span<const ArbiterMember> all, const ArbiterMember& who, const DeviceQuota& q) const;
+  uint64_t grantable(std::span<const ArbiterMember> all, const ArbiterMember& who,
+                     const DeviceQuota& q) const;
   void squeeze_others(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t gpu);
   std::vector<uint64_t> capacity_;
 };

@@ -8,14 +8,17 @@ namespace fracgpu::broker {
 
 Result<ListenAddress> parse_listen_address(const std::string& text) {
   const std::size_t colon = text.rfind(':');
-  const std::string bad = "--metrics-listen '" + text + "' must be ADDR:PORT (e.g. 127.0.0.1:9400 or :9400)";
+  const std::string bad =
+      "--metrics-listen '" + text + "' must be ADDR:PORT (e.g. 127.0.0.1:9400 or :9400)";
   if (colon == std::string::npos) return Result<ListenAddress>::failure(bad);
   ListenAddress a;
   a.host = text.substr(0, colon);
-  if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+  if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']')
+    a.host = a.host.substr(1, a.host.size() - 2);
   if (a.host.empty()) a.host = "0.0.0.0";
   const std::string port = text.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
     return Result<ListenAddress>::failure(bad);
   }
   a.port = std::stoi(port);
@@ -24,9 +27,13 @@ Result<ListenAddress> parse_listen_address(const std::string& text) {
 }
 
 MetricsServer::MetricsServer(std::mutex& state_mutex, std::function<std::string()> render)
-    : state_mutex_(state_mutex), render_(std::move(render)), server_(std::make_unique<httplib::Server>()) {}
+    : state_mutex_(state_mutex),
+      render_(std::move(render)),
+      server_(std::make_unique<httplib::Server>()) {}
 
-MetricsServer::~MetricsServer() { stop(); }
+MetricsServer::~MetricsServer() {
+  stop();
+}
 
 Status MetricsServer::start(const ListenAddress& address) {
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -37,9 +44,12 @@ Status MetricsServer::start(const ListenAddress& address) {
     }
     res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
   });
-  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
   if (!server_->bind_to_port(address.host.c_str(), address.port)) {
-    return Status::failure("cannot listen for metrics on " + address.host + ":" + std::to_string(address.port));
+    return Status::failure("cannot listen for metrics on " + address.host + ":" +
+                           std::to_string(address.port));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   spdlog::info("metrics on http://{}:{}/metrics", address.host, address.port);

@@ -3,6 +3,7 @@
 // process that registered (a pidfd pins one process, never a reused pid).
 #include "core/process_tracker.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <spdlog/spdlog.h>
-
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -21,7 +20,9 @@
 namespace fracgpu::broker {
 namespace {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 }  // namespace
 
@@ -56,7 +57,8 @@ ProcessTracker::~ProcessTracker() {
   while (!watches_.empty()) drop(watches_.begin());
 }
 
-bool ProcessTracker::watch(const std::string& tenant, uint32_t slot, pid_t pid, uint64_t start_time) {
+bool ProcessTracker::watch(const std::string& tenant, uint32_t slot, pid_t pid,
+                           uint64_t start_time) {
   const Key key{tenant, slot};
   if (watches_.count(key)) return true;
   const int fd = pidfd_open(pid);
@@ -82,7 +84,8 @@ bool ProcessTracker::watching(const std::string& tenant, uint32_t slot) const {
 }
 
 void ProcessTracker::forget_tenant(const std::string& tenant) {
-  for (auto it = watches_.lower_bound(Key{tenant, 0}); it != watches_.end() && it->first.first == tenant;) {
+  for (auto it = watches_.lower_bound(Key{tenant, 0});
+       it != watches_.end() && it->first.first == tenant;) {
     auto next = std::next(it);
     drop(it);
     it = next;

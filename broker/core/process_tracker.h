@@ -30,7 +30,8 @@ class ProcessTracker {
   // Called from the event loop when a watched process has exited.
   using DeathHandler = std::function<void(const std::string& tenant, uint32_t slot, pid_t pid)>;
 
-  ProcessTracker(EventLoop& loop, DeathHandler on_death) : loop_(loop), on_death_(std::move(on_death)) {}
+  ProcessTracker(EventLoop& loop, DeathHandler on_death)
+      : loop_(loop), on_death_(std::move(on_death)) {}
   ~ProcessTracker();
   ProcessTracker(const ProcessTracker&) = delete;
   ProcessTracker& operator=(const ProcessTracker&) = delete;

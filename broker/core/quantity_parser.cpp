@@ -88,7 +88,8 @@ Result<uint64_t> parse_size_impl(std::string_view text, std::string_view what, b
   if (s.front() == '-') return Result<uint64_t>::failure(prefix + " must not be negative");
   const SizeParts p = split_size(s);
   if (p.whole.empty() && p.fraction.empty()) {
-    return Result<uint64_t>::failure(prefix + " is not a size (examples: 8GiB, 512MiB, 1.5GB, 1073741824)");
+    return Result<uint64_t>::failure(prefix +
+                                     " is not a size (examples: 8GiB, 512MiB, 1.5GB, 1073741824)");
   }
   if (p.has_point && p.fraction.empty()) {
     return Result<uint64_t>::failure(prefix + " has a decimal point but no digits after it");
@@ -115,7 +116,8 @@ Result<uint64_t> parse_size_impl(std::string_view text, std::string_view what, b
   if (bytes > std::numeric_limits<uint64_t>::max()) {
     return Result<uint64_t>::failure(prefix + " is too large (more than 2^64-1 bytes)");
   }
-  if (bytes == 0 && !allow_zero) return Result<uint64_t>::failure(prefix + " must be larger than zero");
+  if (bytes == 0 && !allow_zero)
+    return Result<uint64_t>::failure(prefix + " must be larger than zero");
   return static_cast<uint64_t>(bytes);
 }
 
@@ -154,10 +156,11 @@ std::string format_size(uint64_t bytes) {
   }
   char buf[64];
   if (bytes % unit == 0) {
-    std::snprintf(buf, sizeof buf, "%llu %s", static_cast<unsigned long long>(bytes / unit), kNames[index]);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", static_cast<double>(bytes) / static_cast<double>(unit),
+    std::snprintf(buf, sizeof buf, "%llu %s", static_cast<unsigned long long>(bytes / unit),
                   kNames[index]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s",
+                  static_cast<double>(bytes) / static_cast<double>(unit), kNames[index]);
   }
   return buf;
 }

@@ -3,14 +3,13 @@
 #include "core/state_store.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <spdlog/spdlog.h>
 
 namespace fracgpu::broker {
 namespace {
@@ -33,7 +32,8 @@ Status write_all_and_sync(const std::filesystem::path& path, const std::string& 
   }
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
-  if (!synced) return Status::failure("cannot fsync " + path.string() + ": " + std::strerror(errno));
+  if (!synced)
+    return Status::failure("cannot fsync " + path.string() + ": " + std::strerror(errno));
   return {};
 }
 
@@ -55,7 +55,9 @@ void move_aside(const std::filesystem::path& file) {
 Status StateStore::prepare() const {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  if (ec) return Status::failure("cannot create the state directory " + dir_.string() + ": " + ec.message());
+  if (ec)
+    return Status::failure("cannot create the state directory " + dir_.string() + ": " +
+                           ec.message());
   return {};
 }
 
@@ -67,14 +69,14 @@ std::vector<TenantSpec> StateStore::load() const {
   buf << in.rdbuf();
   const nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tenants") || !j["tenants"].is_array()) {
-    spdlog::error("{} is not a valid tenant list; moved it to {}.bad and starting without tenants", file().string(),
-                  file().string());
+    spdlog::error("{} is not a valid tenant list; moved it to {}.bad and starting without tenants",
+                  file().string(), file().string());
     move_aside(file());
     return out;
   }
   if (j.value("version", 0) != kStateVersion) {
-    spdlog::warn("{} has version {}, expected {}; reading it anyway", file().string(), j.value("version", 0),
-                 kStateVersion);
+    spdlog::warn("{} has version {}, expected {}; reading it anyway", file().string(),
+                 j.value("version", 0), kStateVersion);
   }
   for (const auto& t : j["tenants"]) {
     auto spec = tenant_spec_from_json(t);

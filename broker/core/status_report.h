@@ -3,9 +3,8 @@
 // --metrics-listen. Both are read straight from the live quota and ledger counters.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/compute_service.h"
 #include "core/gpu_inventory.h"

@@ -4,10 +4,9 @@
 // disk never disagree about which tenants exist.
 #include "core/tenant_registry.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-
-#include <spdlog/spdlog.h>
 
 #include "core/admission.h"
 #include "fracgpu/paths.h"
@@ -34,7 +33,9 @@ Status check_socket_path(const std::filesystem::path& path) {
 
 }  // namespace
 
-std::filesystem::path Tenant::socket_path() const { return dir / paths::kTenantSocketName; }
+std::filesystem::path Tenant::socket_path() const {
+  return dir / paths::kTenantSocketName;
+}
 
 TenantRegistry::TenantRegistry(RegistryConfig config, const GpuInventory& gpus)
     : config_(std::move(config)), gpus_(gpus), store_(config_.state_dir) {}
@@ -87,8 +88,9 @@ std::size_t TenantRegistry::restore() {
     for (const DeviceSpec& d : spec.devices) {
       const GpuInfo* gpu = gpus_.find(d.gpu);
       if (gpu == nullptr || (!d.uuid.empty() && gpu->uuid != d.uuid)) {
-        spdlog::warn("tenant {}: GPU {} ({}) is not on this node as it was when the tenant was created", spec.name,
-                     d.gpu, d.uuid);
+        spdlog::warn(
+            "tenant {}: GPU {} ({}) is not on this node as it was when the tenant was created",
+            spec.name, d.gpu, d.uuid);
       }
     }
     auto tenant = attach(spec);
@@ -106,12 +108,14 @@ std::size_t TenantRegistry::restore() {
 Result<Tenant*> TenantRegistry::create(const nlohmann::json& tenant_json) {
   auto spec = tenant_spec_from_json(tenant_json);
   if (!spec) return Result<Tenant*>::failure(spec.error());
-  if (find(spec->name)) return Result<Tenant*>::failure("tenant '" + spec->name + "' already exists");
+  if (find(spec->name))
+    return Result<Tenant*>::failure("tenant '" + spec->name + "' already exists");
   if (auto s = admit_tenant(*spec, gpus_, config_.reserve, specs_except(spec->name)); !s) {
     return Result<Tenant*>::failure(s.error());
   }
   std::error_code ec;
-  std::filesystem::remove_all(tenant_dir(spec->name), ec);  // leftovers of a tenant deleted while we were down
+  std::filesystem::remove_all(tenant_dir(spec->name),
+                              ec);  // leftovers of a tenant deleted while we were down
   auto tenant = attach(*spec);
   if (!tenant) return Result<Tenant*>::failure(tenant.error());
   if (auto s = persist_with(nullptr, &*spec, {}); !s) {
@@ -124,12 +128,14 @@ Result<Tenant*> TenantRegistry::create(const nlohmann::json& tenant_json) {
 }
 
 Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
-  if (!tenant_json.is_object() || !tenant_json.contains("name") || !tenant_json["name"].is_string()) {
+  if (!tenant_json.is_object() || !tenant_json.contains("name") ||
+      !tenant_json["name"].is_string()) {
     return Result<Tenant*>::failure("\"tenant\" must be an object with a \"name\"");
   }
   Tenant* tenant = find(tenant_json["name"].get<std::string>());
   if (tenant == nullptr) {
-    return Result<Tenant*>::failure("no tenant named '" + tenant_json["name"].get<std::string>().substr(0, 80) + "'");
+    return Result<Tenant*>::failure("no tenant named '" +
+                                    tenant_json["name"].get<std::string>().substr(0, 80) + "'");
   }
   auto spec = apply_tenant_update(tenant->spec, tenant_json);
   if (!spec) return Result<Tenant*>::failure(spec.error());
@@ -144,13 +150,15 @@ Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
 
 Status TenantRegistry::remove(std::string_view name) {
   auto it = tenants_.find(name);
-  if (it == tenants_.end()) return Status::failure("no tenant named '" + std::string(name.substr(0, 80)) + "'");
+  if (it == tenants_.end())
+    return Status::failure("no tenant named '" + std::string(name.substr(0, 80)) + "'");
   if (auto s = persist_with(nullptr, nullptr, name); !s) return s;
   const std::filesystem::path dir = it->second->dir;
   tenants_.erase(it);  // unmaps the segments
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  if (ec) spdlog::warn("tenant {} deleted, but removing {} failed: {}", name, dir.string(), ec.message());
+  if (ec)
+    spdlog::warn("tenant {} deleted, but removing {} failed: {}", name, dir.string(), ec.message());
   return {};
 }
 

@@ -9,11 +9,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 #include "core/gpu_inventory.h"
@@ -62,7 +61,8 @@ class TenantRegistry {
  private:
   std::filesystem::path tenant_dir(std::string_view name) const;
   std::vector<const TenantSpec*> specs_except(std::string_view name) const;
-  Status persist_with(const TenantSpec* replacement, const TenantSpec* added, std::string_view removed) const;
+  Status persist_with(const TenantSpec* replacement, const TenantSpec* added,
+                      std::string_view removed) const;
   Result<std::unique_ptr<Tenant>> attach(const TenantSpec& spec);
 
   RegistryConfig config_;

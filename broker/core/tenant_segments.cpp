@@ -6,14 +6,13 @@
 #include "core/tenant_segments.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "core/ledger_ops.h"
 
@@ -30,7 +29,8 @@ Status prepare_file(const std::filesystem::path& path, std::size_t size, mode_t 
   Status status;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     status = Status::failure(path.string() + " is not a regular file");
-  } else if (static_cast<std::size_t>(st.st_size) < size && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+  } else if (static_cast<std::size_t>(st.st_size) < size &&
+             ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     status = Status::failure("cannot size " + path.string() + ": " + std::strerror(errno));
   } else if (::fchmod(fd, mode) != 0) {
     status = Status::failure("cannot chmod " + path.string() + ": " + std::strerror(errno));
@@ -54,7 +54,8 @@ uint64_t kept_grant(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d) 
   return std::clamp(slot.memory_grant.load(), d.memory_request, d.memory_limit);
 }
 
-void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, const GpuInfo* gpu) {
+void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d,
+                    const GpuInfo* gpu) {
   // A GPU already published at this index keeps its grant; anything else starts afresh.
   const bool same_gpu = slot.present == 1 && slot.host_index == d.gpu;
   const std::string uuid = gpu ? gpu->uuid : d.uuid;
@@ -85,14 +86,18 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(const std::filesyst
   using R = Result<std::unique_ptr<TenantSegments>>;
   const auto quota_path = dir / "quota";
   const auto ledger_path = dir / "ledger";
-  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), 0644); !s) return R::failure(s.error());
-  if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), 0666); !s) return R::failure(s.error());
+  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), 0644); !s)
+    return R::failure(s.error());
+  if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), 0666); !s)
+    return R::failure(s.error());
   std::unique_ptr<TenantSegments> seg(new TenantSegments());
   try {
     seg->quota_file_ = bip::file_mapping(quota_path.c_str(), bip::read_write);
-    seg->quota_region_ = bip::mapped_region(seg->quota_file_, bip::read_write, 0, sizeof(TenantQuota));
+    seg->quota_region_ =
+        bip::mapped_region(seg->quota_file_, bip::read_write, 0, sizeof(TenantQuota));
     seg->ledger_file_ = bip::file_mapping(ledger_path.c_str(), bip::read_write);
-    seg->ledger_region_ = bip::mapped_region(seg->ledger_file_, bip::read_write, 0, sizeof(TenantLedger));
+    seg->ledger_region_ =
+        bip::mapped_region(seg->ledger_file_, bip::read_write, 0, sizeof(TenantLedger));
   } catch (const bip::interprocess_exception& e) {
     return R::failure("cannot map the segments in " + dir.string() + ": " + e.what());
   }
@@ -110,7 +115,8 @@ void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {
   std::memcpy(q.tenant, spec.name.data(), std::min(spec.name.size(), sizeof q.tenant - 1));
   const std::size_t count = std::min(spec.devices.size(), kMaxDevices);
   for (std::size_t i = 0; i < count; ++i) {
-    publish_device(q.devices[i], ledger_->devices[i], spec.devices[i], gpus.find(spec.devices[i].gpu));
+    publish_device(q.devices[i], ledger_->devices[i], spec.devices[i],
+                   gpus.find(spec.devices[i].gpu));
   }
   for (std::size_t i = count; i < kMaxDevices; ++i) q.devices[i].present = 0;
   q.device_count = static_cast<uint32_t>(count);

@@ -4,12 +4,11 @@
 // the tenant's processes still have it mapped and keep counting in it.
 #pragma once
 
+#include <boost/interprocess/file_mapping.hpp>
+#include <boost/interprocess/mapped_region.hpp>
 #include <filesystem>
 #include <memory>
 #include <string_view>
-
-#include <boost/interprocess/file_mapping.hpp>
-#include <boost/interprocess/mapped_region.hpp>
 
 #include "common/result.h"
 #include "core/gpu_inventory.h"

@@ -4,9 +4,8 @@
 // watching it; "burst" asks the MemoryArbiter for grant above the guaranteed request.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/event_loop.h"
 #include "core/ledger_reconciler.h"

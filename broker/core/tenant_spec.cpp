@@ -15,12 +15,14 @@ namespace {
 using nlohmann::json;
 
 const std::set<std::string, std::less<>> kTenantKeys{"name", "devices"};
-const std::set<std::string, std::less<>> kDeviceKeys{"gpu",     "memory_limit",  "memory_request",
-                                                     "compute", "compute_limit", "priority", "uuid"};
+const std::set<std::string, std::less<>> kDeviceKeys{
+    "gpu", "memory_limit", "memory_request", "compute", "compute_limit", "priority", "uuid"};
 
-Status check_keys(const json& obj, const std::set<std::string, std::less<>>& allowed, const std::string& where) {
+Status check_keys(const json& obj, const std::set<std::string, std::less<>>& allowed,
+                  const std::string& where) {
   for (const auto& [key, value] : obj.items()) {
-    if (!allowed.contains(key)) return Status::failure(where + " has an unknown field \"" + key + "\"");
+    if (!allowed.contains(key))
+      return Status::failure(where + " has an unknown field \"" + key + "\"");
   }
   return {};
 }
@@ -35,7 +37,8 @@ Result<uint64_t> read_uint(const json& obj, const char* key, const std::string& 
   if (!it->is_number_unsigned() && it->get<int64_t>() < 0) {
     return Result<uint64_t>::failure(path + " must not be negative");
   }
-  const uint64_t v = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+  const uint64_t v =
+      it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
   if (v < min || v > max) {
     return Result<uint64_t>::failure(path + " must be between " + std::to_string(min) + " and " +
                                      std::to_string(max) + " (got " + std::to_string(v) + ")");
@@ -64,7 +67,8 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
   dev.memory_request = *request;
   if (dev.memory_limit != kMemoryLimitAvailable && dev.memory_request > dev.memory_limit) {
     return Status::failure(where + ".memory_request (" + std::to_string(dev.memory_request) +
-                           ") must not exceed memory_limit (" + std::to_string(dev.memory_limit) + ")");
+                           ") must not exceed memory_limit (" + std::to_string(dev.memory_limit) +
+                           ")");
   }
   auto compute = read_uint(d, "compute", where, 1, kMaxComputeWeight, dev.compute);
   if (!compute) return Status::failure(compute.error());
@@ -73,7 +77,8 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
   if (!ceiling) return Status::failure(ceiling.error());
   dev.compute_limit = static_cast<uint32_t>(*ceiling);
   if (auto it = d.find("priority"); it != d.end()) {
-    if (!it->is_string()) return Status::failure(where + ".priority must be \"high\", \"normal\" or \"low\"");
+    if (!it->is_string())
+      return Status::failure(where + ".priority must be \"high\", \"normal\" or \"low\"");
     auto p = parse_priority(it->get<std::string>());
     if (!p) return Status::failure(where + ".priority: " + p.error());
     dev.priority = *p;
@@ -86,8 +91,10 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
   }
   // A high tenant is never made to wait, so a ceiling could not be enforced on it.
   if (dev.priority == PriorityClass::kHigh && dev.compute_limit != 0) {
-    return Status::failure(where + ": a compute ceiling (compute_limit) cannot be combined with priority \"high\" "
-                           "(high-priority work is never held back); use priority normal with a ceiling");
+    return Status::failure(
+        where +
+        ": a compute ceiling (compute_limit) cannot be combined with priority \"high\" "
+        "(high-priority work is never held back); use priority normal with a ceiling");
   }
   return {};
 }
@@ -102,7 +109,8 @@ Result<uint32_t> read_gpu_index(const json& d, const std::string& where) {
 
 Result<std::string> read_name(const json& j) {
   auto it = j.find("name");
-  if (it == j.end() || !it->is_string()) return Result<std::string>::failure("tenant \"name\" must be a string");
+  if (it == j.end() || !it->is_string())
+    return Result<std::string>::failure("tenant \"name\" must be a string");
   const std::string name = it->get<std::string>();
   if (auto s = validate_tenant_name(name); !s) return Result<std::string>::failure(s.error());
   return name;
@@ -120,9 +128,13 @@ const DeviceSpec* TenantSpec::find_gpu(uint32_t gpu) const {
 Status validate_tenant_name(std::string_view name) {
   auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   const std::string shown = "tenant name \"" + std::string(name.substr(0, 80)) + "\"";
-  const std::string rule = " (use 1-63 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit)";
-  if (name.empty() || name.size() > kTenantNameSize - 1) return Status::failure(shown + " has a bad length" + rule);
-  if (!lower_alnum(name.front())) return Status::failure(shown + " must start with a lowercase letter or digit" + rule);
+  const std::string rule =
+      " (use 1-63 characters: lowercase letters, digits, '.', '_' or '-', starting with a letter "
+      "or digit)";
+  if (name.empty() || name.size() > kTenantNameSize - 1)
+    return Status::failure(shown + " has a bad length" + rule);
+  if (!lower_alnum(name.front()))
+    return Status::failure(shown + " must start with a lowercase letter or digit" + rule);
   for (char c : name) {
     if (!lower_alnum(c) && c != '.' && c != '_' && c != '-') {
       return Status::failure(shown + " contains a character that is not allowed" + rule);
@@ -133,9 +145,12 @@ Status validate_tenant_name(std::string_view name) {
 
 const char* priority_name(PriorityClass p) {
   switch (p) {
-    case PriorityClass::kHigh: return "high";
-    case PriorityClass::kLow: return "low";
-    case PriorityClass::kNormal: break;
+    case PriorityClass::kHigh:
+      return "high";
+    case PriorityClass::kLow:
+      return "low";
+    case PriorityClass::kNormal:
+      break;
   }
   return "normal";
 }
@@ -150,12 +165,14 @@ Result<PriorityClass> parse_priority(std::string_view text) {
 
 Result<TenantSpec> tenant_spec_from_json(const json& j) {
   if (!j.is_object()) return Result<TenantSpec>::failure("\"tenant\" must be an object");
-  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s) return Result<TenantSpec>::failure(s.error());
+  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s)
+    return Result<TenantSpec>::failure(s.error());
   auto name = read_name(j);
   if (!name) return Result<TenantSpec>::failure(name.error());
   auto devs = j.find("devices");
   if (devs == j.end() || !devs->is_array() || devs->empty() || devs->size() > kMaxDevices) {
-    return Result<TenantSpec>::failure("tenant \"devices\" must be an array of 1 to 16 GPU entries");
+    return Result<TenantSpec>::failure(
+        "tenant \"devices\" must be an array of 1 to 16 GPU entries");
   }
   TenantSpec spec;
   spec.name = *name;
@@ -163,8 +180,10 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
     const std::string where = "devices[" + std::to_string(i) + "]";
     auto gpu = read_gpu_index((*devs)[i], where);
     if (!gpu) return Result<TenantSpec>::failure(gpu.error());
-    if (spec.find_gpu(*gpu)) return Result<TenantSpec>::failure("GPU " + std::to_string(*gpu) + " is listed twice");
-    if (!(*devs)[i].contains("memory_limit")) return Result<TenantSpec>::failure(where + " needs \"memory_limit\"");
+    if (spec.find_gpu(*gpu))
+      return Result<TenantSpec>::failure("GPU " + std::to_string(*gpu) + " is listed twice");
+    if (!(*devs)[i].contains("memory_limit"))
+      return Result<TenantSpec>::failure(where + " needs \"memory_limit\"");
     DeviceSpec dev;
     dev.gpu = *gpu;
     json entry = (*devs)[i];
@@ -177,7 +196,8 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
       if (!limit) return Result<TenantSpec>::failure(limit.error());
       dev.memory_request = *limit;
     }
-    if (auto s = apply_device_fields(entry, where, dev); !s) return Result<TenantSpec>::failure(s.error());
+    if (auto s = apply_device_fields(entry, where, dev); !s)
+      return Result<TenantSpec>::failure(s.error());
     spec.devices.push_back(dev);
   }
   return spec;
@@ -185,30 +205,36 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
 
 Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const json& j) {
   if (!j.is_object()) return Result<TenantSpec>::failure("\"tenant\" must be an object");
-  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s) return Result<TenantSpec>::failure(s.error());
+  if (auto s = check_keys(j, kTenantKeys, "tenant"); !s)
+    return Result<TenantSpec>::failure(s.error());
   TenantSpec spec = current;
   auto devs = j.find("devices");
   if (devs == j.end()) return spec;
   if (!devs->is_array() || devs->size() > kMaxDevices) {
-    return Result<TenantSpec>::failure("tenant \"devices\" must be an array of at most 16 GPU entries");
+    return Result<TenantSpec>::failure(
+        "tenant \"devices\" must be an array of at most 16 GPU entries");
   }
   for (std::size_t i = 0; i < devs->size(); ++i) {
     const std::string where = "devices[" + std::to_string(i) + "]";
     auto gpu = read_gpu_index((*devs)[i], where);
     if (!gpu) return Result<TenantSpec>::failure(gpu.error());
-    auto it = std::find_if(spec.devices.begin(), spec.devices.end(), [&](const DeviceSpec& d) { return d.gpu == *gpu; });
+    auto it = std::find_if(spec.devices.begin(), spec.devices.end(),
+                           [&](const DeviceSpec& d) { return d.gpu == *gpu; });
     if (it == spec.devices.end()) {
       if (!(*devs)[i].contains("memory_limit")) {
-        return Result<TenantSpec>::failure(where + " adds GPU " + std::to_string(*gpu) + " and so needs \"memory_limit\"");
+        return Result<TenantSpec>::failure(where + " adds GPU " + std::to_string(*gpu) +
+                                           " and so needs \"memory_limit\"");
       }
-      if (spec.devices.size() >= kMaxDevices) return Result<TenantSpec>::failure("a tenant can use at most 16 GPUs");
+      if (spec.devices.size() >= kMaxDevices)
+        return Result<TenantSpec>::failure("a tenant can use at most 16 GPUs");
       DeviceSpec dev;
       dev.gpu = *gpu;
       dev.memory_request = UINT64_MAX;  // a new GPU's request defaults to its limit
       spec.devices.push_back(dev);
       it = spec.devices.end() - 1;
     }
-    if (auto s = apply_device_fields((*devs)[i], where, *it); !s) return Result<TenantSpec>::failure(s.error());
+    if (auto s = apply_device_fields((*devs)[i], where, *it); !s)
+      return Result<TenantSpec>::failure(s.error());
   }
   return spec;
 }

@@ -17,7 +17,9 @@ constexpr unsigned long long kUsed = 1ull << 30;
 // The simulated CUDA driver's device 0 UUID (bytes "fracgpufakegpu\0\0").
 constexpr const char* kUuid = "GPU-66726163-6770-7566-616b-656770750000";
 bool g_initialized = false;
-Device device0() { return reinterpret_cast<Device>(0x1000); }
+Device device0() {
+  return reinterpret_cast<Device>(0x1000);
+}
 
 }  // namespace
 
@@ -27,7 +29,9 @@ int nvmlInit_v2() {
   g_initialized = true;
   return fracgpu::nvml::kSuccess;
 }
-int nvmlInit() { return nvmlInit_v2(); }
+int nvmlInit() {
+  return nvmlInit_v2();
+}
 int nvmlShutdown() {
   g_initialized = false;
   return fracgpu::nvml::kSuccess;
@@ -56,7 +60,8 @@ int nvmlDeviceGetMemoryInfo(Device device, Memory* memory) {
 
 int nvmlDeviceGetMemoryInfo_v2(Device device, MemoryV2* memory) {
   if (device != device0() || memory == nullptr) return fracgpu::nvml::kErrorInvalidArgument;
-  if (memory->version != fracgpu::nvml::kMemoryV2Version) return fracgpu::nvml::kErrorArgumentVersionMismatch;
+  if (memory->version != fracgpu::nvml::kMemoryV2Version)
+    return fracgpu::nvml::kErrorArgumentVersionMismatch;
   memory->total = kTotal;
   memory->reserved = 256ull << 20;
   memory->used = kUsed;

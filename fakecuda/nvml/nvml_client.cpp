@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return std::printf("{\"error\":\"dlopen\"}\n"), 1;
     init = reinterpret_cast<decltype(init)>(dlsym(lib, "nvmlInit_v2"));
-    handle_by_index = reinterpret_cast<decltype(handle_by_index)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    handle_by_index =
+        reinterpret_cast<decltype(handle_by_index)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
     info = reinterpret_cast<GetMemoryInfoFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
     info_v2 = reinterpret_cast<GetMemoryInfoV2Fn>(dlsym(lib, "nvmlDeviceGetMemoryInfo_v2"));
   }
@@ -36,12 +37,13 @@ int main(int argc, char** argv) {
   Memory m{};
   MemoryV2 m2{};
   m2.version = kMemoryV2Version;
-  if (init() != kSuccess || handle_by_index(0, &device) != kSuccess || info(device, &m) != kSuccess ||
-      info_v2(device, &m2) != kSuccess) {
+  if (init() != kSuccess || handle_by_index(0, &device) != kSuccess ||
+      info(device, &m) != kSuccess || info_v2(device, &m2) != kSuccess) {
     return std::printf("{\"error\":\"nvml call failed\"}\n"), 1;
   }
-  std::printf("{\"v1\":{\"total\":%llu,\"free\":%llu,\"used\":%llu},\"v2\":{\"total\":%llu,\"free\":%llu,"
-              "\"used\":%llu,\"reserved\":%llu}}\n",
-              m.total, m.free, m.used, m2.total, m2.free, m2.used, m2.reserved);
+  std::printf(
+      "{\"v1\":{\"total\":%llu,\"free\":%llu,\"used\":%llu},\"v2\":{\"total\":%llu,\"free\":%llu,"
+      "\"used\":%llu,\"reserved\":%llu}}\n",
+      m.total, m.free, m.used, m2.total, m2.free, m2.used, m2.reserved);
   return 0;
 }

@@ -215,7 +215,8 @@ extern "C" CUresult fakecuda_impl_cuThreadExchangeStreamCaptureMode(CUstreamCapt
   // Read as an integer first: an out-of-range value must be refused, not loaded as an enum.
   int requested = 0;
   std::memcpy(&requested, mode, sizeof(requested));
-  if (requested != CU_STREAM_CAPTURE_MODE_GLOBAL && requested != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+  if (requested != CU_STREAM_CAPTURE_MODE_GLOBAL &&
+      requested != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       requested != CU_STREAM_CAPTURE_MODE_RELAXED)
     return CUDA_ERROR_INVALID_VALUE;
   *mode = exchange_thread_capture_mode(static_cast<CUstreamCaptureMode>(requested));

@@ -97,7 +97,8 @@ extern "C" CUresult fakecuda_impl_cuDeviceGetPCIBusId(char* pciBusId, int len, C
 extern "C" CUresult fakecuda_impl_cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return with_driver([&](Driver& driver) {
-    int physical = device_from_pci_bus_id(pciBusId, static_cast<int>(driver.physical_device_count()));
+    int physical =
+        device_from_pci_bus_id(pciBusId, static_cast<int>(driver.physical_device_count()));
     int ordinal = physical < 0 ? -1 : driver.ordinal_of(static_cast<uint32_t>(physical));
     if (ordinal < 0) return CUDA_ERROR_INVALID_DEVICE;
     *dev = ordinal;

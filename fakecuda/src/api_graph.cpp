@@ -464,7 +464,8 @@ extern "C" CUresult fakecuda_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstream
   return launch(hGraphExec, hStream);
 }
 extern "C" CUresult fakecuda_impl_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS) return legacy;
+  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS)
+    return legacy;
   return launch(hGraphExec, hStream);
 }
 

@@ -121,7 +121,8 @@ extern "C" CUresult fakecuda_impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t byte
 }
 extern "C" CUresult fakecuda_impl_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
                                                        CUstream hStream) {
-  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS) return legacy;
+  if (CUresult legacy = check_stream_use(per_thread_handle(hStream)); legacy != CUDA_SUCCESS)
+    return legacy;
   return alloc_async(dptr, bytesize, nullptr, hStream);
 }
 extern "C" CUresult fakecuda_impl_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,

@@ -3,10 +3,9 @@
 
 #include <execinfo.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-
-#include <algorithm>
 
 #include "context.h"
 #include "driver.h"

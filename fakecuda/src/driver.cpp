@@ -9,10 +9,10 @@
 #include <cstdlib>
 
 #include "array.h"
-#include "fracgpu/gpu_uuid.h"
 #include "context.h"
 #include "device_attributes.h"
 #include "device_memory.h"
+#include "fracgpu/gpu_uuid.h"
 #include "mem_pool.h"
 
 namespace fakecuda {
@@ -63,8 +63,10 @@ uint32_t parse_visible_devices(const char* text, uint32_t physical_count,
     size_t end = list.find(',', start);
     if (end == std::string::npos) end = list.size();
     std::string entry = list.substr(start, end - start);
-    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.front()))) entry.erase(0, 1);
-    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.back()))) entry.pop_back();
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.front())))
+      entry.erase(0, 1);
+    while (!entry.empty() && std::isspace(static_cast<unsigned char>(entry.back())))
+      entry.pop_back();
     int found = -1;
     if (!entry.empty() && std::isdigit(static_cast<unsigned char>(entry[0]))) {
       char* rest = nullptr;
@@ -86,7 +88,8 @@ uint32_t parse_visible_devices(const char* text, uint32_t physical_count,
     }
     if (found < 0) break;
     bool repeated = false;
-    for (uint32_t i = 0; i < count; ++i) repeated = repeated || visible[i] == static_cast<uint32_t>(found);
+    for (uint32_t i = 0; i < count; ++i)
+      repeated = repeated || visible[i] == static_cast<uint32_t>(found);
     if (repeated) break;
     visible[count++] = static_cast<uint32_t>(found);
     start = end + 1;
@@ -107,7 +110,8 @@ bool Driver::start(std::string& error) {
   pid_ = processes_->slot(process_slot_).pid;
   start_time_ = processes_->slot(process_slot_).start_time;
   memory_ = std::make_unique<MemoryAccounting>(segment_.layout(), processes_.get(), process_slot_);
-  visible_count_ = parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), physical_device_count(), visible_);
+  visible_count_ =
+      parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), physical_device_count(), visible_);
   for (uint32_t device = 0; device < physical_device_count(); ++device) {
     auto pool = std::make_shared<MemPool>(device, default_pool_props(device), true);
     default_pools[device] = current_pools[device] = pool->handle();

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <cstdint>
 
 #include "process_table.h"

@@ -27,21 +27,27 @@ inline constexpr uint64_t kMaxGuardHoldNs = 2'000'000;
 // predicted burst. A launch that ends before the burst, or overlaps it by no more than
 // `allowed_ns` (the in-flight bound lower classes keep in a high tenant's way), goes
 // ahead; so does every launch once the burst is overdue (next + late).
-inline bool guard_holds(const BurstGuardView& guard, int64_t now_ns, double kernel_ns, double allowed_ns) {
+inline bool guard_holds(const BurstGuardView& guard, int64_t now_ns, double kernel_ns,
+                        double allowed_ns) {
   if (guard.next_ns == 0 || kernel_ns <= 0) return false;
   const int64_t next = static_cast<int64_t>(guard.next_ns);
   if (now_ns >= next + static_cast<int64_t>(guard.late_ns)) return false;
-  return static_cast<double>(now_ns) + kernel_ns > static_cast<double>(next - static_cast<int64_t>(guard.lead_ns)) + allowed_ns;
+  return static_cast<double>(now_ns) + kernel_ns >
+         static_cast<double>(next - static_cast<int64_t>(guard.lead_ns)) + allowed_ns;
 }
 
 // Whether a launch held for the prediction `held` may go at `now_ns`, `current` being
 // what the broker publishes now. It waits until the burst has been seen (the broker
 // predicts the next one) or is overdue; once seen, until its launches are in (its
 // start, current next - period, plus hold).
-inline bool guard_released(const BurstGuardView& held, const BurstGuardView& current, int64_t now_ns) {
-  if (current.next_ns == held.next_ns) return now_ns >= static_cast<int64_t>(held.next_ns + held.late_ns);
-  if (current.next_ns == 0 || current.period_ns == 0 || current.next_ns < current.period_ns) return true;
-  const uint64_t until = current.next_ns - current.period_ns + std::min(current.hold_ns, kMaxGuardHoldNs);
+inline bool guard_released(const BurstGuardView& held, const BurstGuardView& current,
+                           int64_t now_ns) {
+  if (current.next_ns == held.next_ns)
+    return now_ns >= static_cast<int64_t>(held.next_ns + held.late_ns);
+  if (current.next_ns == 0 || current.period_ns == 0 || current.next_ns < current.period_ns)
+    return true;
+  const uint64_t until =
+      current.next_ns - current.period_ns + std::min(current.hold_ns, kMaxGuardHoldNs);
   return now_ns >= static_cast<int64_t>(until);
 }
 

@@ -19,15 +19,18 @@ namespace fracgpu {
 
 // Blocks while `word` still holds `expected`, at most `timeout_ns`. Returns false on
 // timeout; true when woken, interrupted, or the word had already changed.
-inline bool futex_wait_for(const std::atomic<uint32_t>& word, uint32_t expected, int64_t timeout_ns) noexcept {
-  timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
-  const long rc = ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, expected, &timeout,
-                            nullptr, 0);
+inline bool futex_wait_for(const std::atomic<uint32_t>& word, uint32_t expected,
+                           int64_t timeout_ns) noexcept {
+  timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000),
+                   static_cast<long>(timeout_ns % 1'000'000'000)};
+  const long rc = ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT,
+                            expected, &timeout, nullptr, 0);
   return !(rc == -1 && errno == ETIMEDOUT);
 }
 
 inline void futex_wake_all(std::atomic<uint32_t>& word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
 }
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));

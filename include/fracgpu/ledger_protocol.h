@@ -29,7 +29,8 @@ inline uint64_t saturating_sub(std::atomic<uint64_t>& counter, uint64_t bytes) {
   uint64_t next;
   do {
     next = current > bytes ? current - bytes : 0;
-  } while (!counter.compare_exchange_weak(current, next, std::memory_order_seq_cst, std::memory_order_relaxed));
+  } while (!counter.compare_exchange_weak(current, next, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
   return next;
 }
 
@@ -40,7 +41,9 @@ namespace ledger_protocol {
 // Two uncontended RMWs on the process's own cache line.
 class SlotOperation {
  public:
-  explicit SlotOperation(ProcessSlot& slot) : slot_(slot) { slot_.op_seq.fetch_add(1, std::memory_order_seq_cst); }
+  explicit SlotOperation(ProcessSlot& slot) : slot_(slot) {
+    slot_.op_seq.fetch_add(1, std::memory_order_seq_cst);
+  }
   ~SlotOperation() { slot_.op_seq.fetch_add(1, std::memory_order_seq_cst); }
   SlotOperation(const SlotOperation&) = delete;
   SlotOperation& operator=(const SlotOperation&) = delete;
@@ -57,8 +60,8 @@ inline void raise_peak(DeviceUsage& usage, uint64_t now) {
 
 // Reserves `bytes` on `device` for the process in `slot`: within the grant, or refused
 // (over the grant: the caller may ask for burst; over the limit: final).
-inline ReserveOutcome try_reserve(const TenantQuota& quota_segment, TenantLedger& ledger, uint32_t slot,
-                                  uint32_t device, uint64_t bytes) {
+inline ReserveOutcome try_reserve(const TenantQuota& quota_segment, TenantLedger& ledger,
+                                  uint32_t slot, uint32_t device, uint64_t bytes) {
   ProcessSlot& process = ledger.processes[slot];
   SlotOperation operation(process);
   const DeviceQuota& quota = quota_segment.devices[device];
@@ -72,8 +75,10 @@ inline ReserveOutcome try_reserve(const TenantQuota& quota_segment, TenantLedger
     const uint64_t limit = quota.memory_limit.load(std::memory_order_seq_cst);
     const uint64_t grant = quota.memory_grant.load(std::memory_order_seq_cst);
     ReserveOutcome refusal = ReserveOutcome::kReserved;
-    if (used > limit || bytes > limit - used) refusal = ReserveOutcome::kOverLimit;
-    else if (used > grant || bytes > grant - used) refusal = ReserveOutcome::kOverGrant;
+    if (used > limit || bytes > limit - used)
+      refusal = ReserveOutcome::kOverLimit;
+    else if (used > grant || bytes > grant - used)
+      refusal = ReserveOutcome::kOverGrant;
     if (refusal != ReserveOutcome::kReserved) {
       saturating_sub(mine, bytes);
       return refusal;
@@ -107,7 +112,8 @@ inline void force_charge(TenantLedger& ledger, uint32_t slot, uint32_t device, u
   ProcessSlot& process = ledger.processes[slot];
   SlotOperation operation(process);
   process.used[device].fetch_add(bytes, std::memory_order_seq_cst);
-  const uint64_t now = ledger.devices[device].used.fetch_add(bytes, std::memory_order_seq_cst) + bytes;
+  const uint64_t now =
+      ledger.devices[device].used.fetch_add(bytes, std::memory_order_seq_cst) + bytes;
   raise_peak(ledger.devices[device], now);
 }
 

@@ -17,7 +17,8 @@ inline constexpr const char* kStateDir = "/var/lib/fracgpu";  // the broker's --
 inline constexpr const char* kAdminSocketName = "admin.sock";
 inline constexpr const char* kTenantsDirName = "tenants";
 inline constexpr const char* kTenantSocketName = "broker.sock";
-inline constexpr const char* kDefaultTenantSocket = "/run/fracgpu/broker.sock";  // kRunDir/kTenantSocketName
+inline constexpr const char* kDefaultTenantSocket =
+    "/run/fracgpu/broker.sock";  // kRunDir/kTenantSocketName
 
 namespace detail {
 constexpr bool is_joined(std::string_view whole, std::string_view dir, std::string_view name) {

@@ -67,7 +67,7 @@ namespace fracgpu {
 
 inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" (LE, truncated)
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
-inline constexpr uint16_t kSegmentMajor = 1;  // incompatible layout change
+inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
 inline constexpr uint16_t kSegmentMinor = 2;  // compatible addition; 1: op_seq, 2: compute grants
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
@@ -84,32 +84,37 @@ static_assert(std::atomic<int32_t>::is_always_lock_free);
 
 // Per-GPU quota of one tenant. Broker-written; read-only for tenants.
 struct alignas(64) DeviceQuota {
-  char uuid[kUuidSize];                  // the GPU's UUID as the driver reports it
-  uint32_t present;                      // 1: the tenant may use this GPU
-  uint32_t host_index;                   // the GPU's index on the node
-  std::atomic<uint64_t> memory_limit;    // hard cap, bytes
-  std::atomic<uint64_t> memory_request;  // guaranteed bytes (always obtainable)
-  std::atomic<uint64_t> memory_grant;    // usable without asking: request <= grant <= limit
-  std::atomic<uint64_t> context_footprint;  // bytes charged per CUDA context
-  std::atomic<uint32_t> compute_weight;     // relative share under contention (1..10000)
+  char uuid[kUuidSize];                       // the GPU's UUID as the driver reports it
+  uint32_t present;                           // 1: the tenant may use this GPU
+  uint32_t host_index;                        // the GPU's index on the node
+  std::atomic<uint64_t> memory_limit;         // hard cap, bytes
+  std::atomic<uint64_t> memory_request;       // guaranteed bytes (always obtainable)
+  std::atomic<uint64_t> memory_grant;         // usable without asking: request <= grant <= limit
+  std::atomic<uint64_t> context_footprint;    // bytes charged per CUDA context
+  std::atomic<uint32_t> compute_weight;       // relative share under contention (1..10000)
   std::atomic<uint32_t> compute_ceiling_pct;  // 0 = no ceiling, else 1..100
   std::atomic<uint32_t> priority;             // PriorityClass
   std::atomic<uint32_t> grant_word;           // minor 2: see "Compute scheduling" above
-  std::atomic<uint32_t> inflight_limit_us;    // minor 2: GPU time a process may keep queued; 0 = no bound
-  std::atomic<uint32_t> guard_lead_ns;        // minor 2: see "burst guard" below
-  std::atomic<uint64_t> guard_next_ns;        // minor 2: predicted start of a high tenant's next burst
-  std::atomic<uint64_t> guard_period_ns;      // minor 2: 0 = no guard
-  std::atomic<uint64_t> guard_late_ns;        // minor 2: stop holding back this long after guard_next_ns
-  std::atomic<uint64_t> guard_hold_ns;        // minor 2: after a burst is seen, hold back this long past its start
+  std::atomic<uint32_t>
+      inflight_limit_us;                // minor 2: GPU time a process may keep queued; 0 = no bound
+  std::atomic<uint32_t> guard_lead_ns;  // minor 2: see "burst guard" below
+  std::atomic<uint64_t> guard_next_ns;  // minor 2: predicted start of a high tenant's next burst
+  std::atomic<uint64_t> guard_period_ns;  // minor 2: 0 = no guard
+  std::atomic<uint64_t> guard_late_ns;  // minor 2: stop holding back this long after guard_next_ns
+  std::atomic<uint64_t>
+      guard_hold_ns;     // minor 2: after a burst is seen, hold back this long past its start
   uint64_t reserved[3];  // room for compatible additions (minor version)
 };
 
 inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
 inline constexpr uint32_t kGrantNotify = 2u;   // grant_word bit 1
 inline constexpr uint32_t kGrantEpochShift = 2;
-inline constexpr uint32_t grant_epoch(uint32_t word) { return word >> kGrantEpochShift; }
+inline constexpr uint32_t grant_epoch(uint32_t word) {
+  return word >> kGrantEpochShift;
+}
 inline constexpr uint32_t make_grant_word(uint32_t epoch, bool granted, bool notify) {
-  return (epoch << kGrantEpochShift) | (granted ? kGrantGranted : 0u) | (notify ? kGrantNotify : 0u);
+  return (epoch << kGrantEpochShift) | (granted ? kGrantGranted : 0u) |
+         (notify ? kGrantNotify : 0u);
 }
 
 struct TenantQuota {
@@ -141,8 +146,8 @@ struct alignas(64) DeviceUsage {
 // One registered process. pid/start_time/state are written by the broker (pid from
 // SO_PEERCRED); used[] and op_seq by the process itself.
 struct alignas(64) ProcessSlot {
-  std::atomic<uint32_t> state;  // SlotState
-  std::atomic<int32_t> pid;     // host pid
+  std::atomic<uint32_t> state;       // SlotState
+  std::atomic<int32_t> pid;          // host pid
   std::atomic<uint64_t> start_time;  // field 22 of /proc/<pid>/stat: defeats pid reuse
   std::atomic<uint64_t> used[kMaxDevices];
   std::atomic<uint64_t> op_seq;  // odd while a reserve/release is in progress (minor 1)
@@ -185,7 +190,8 @@ static_assert(offsetof(DeviceQuota, guard_next_ns) == 112);
 static_assert(offsetof(DeviceQuota, guard_period_ns) == 120);  // same cache line as grant_word
 static_assert(sizeof(SlotSchedule) == 16);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
-static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);
+static_assert(sizeof(TenantLedger) ==
+              64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);
 
 // A mapping is usable when magic and major match and it is at least as large as we expect.
 inline bool quota_layout_ok(const TenantQuota& q, std::size_t mapped) {

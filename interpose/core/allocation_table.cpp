@@ -3,7 +3,8 @@
 
 namespace fracgpu {
 
-std::optional<ChargedAllocation> AllocationTable::insert(uint64_t key, const ChargedAllocation& allocation) {
+std::optional<ChargedAllocation> AllocationTable::insert(uint64_t key,
+                                                         const ChargedAllocation& allocation) {
   Shard& shard = shards_[shard_of(key)];
   std::lock_guard<std::mutex> lock(shard.mutex);
   auto [it, inserted] = shard.entries.try_emplace(key, allocation);

@@ -22,15 +22,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
 }
 
-std::string describe_errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+std::string describe_errno(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
 
 }  // namespace
 
-BrokerConnection::~BrokerConnection() { close(); }
+BrokerConnection::~BrokerConnection() {
+  close();
+}
 
 bool BrokerConnection::connect(const std::string& socket_path, int timeout_ms, std::string* error) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -94,7 +99,8 @@ std::optional<std::string> BrokerConnection::request(const std::string& line, in
     *error = "not connected to the broker";
     return std::nullopt;
   }
-  auto reply = send_all(line + "\n", timeout_ms, error) ? read_line(timeout_ms, error) : std::nullopt;
+  auto reply =
+      send_all(line + "\n", timeout_ms, error) ? read_line(timeout_ms, error) : std::nullopt;
   if (!reply) {  // a broken exchange leaves the stream unusable: start over next time
     ::close(fd_);
     fd_ = -1;

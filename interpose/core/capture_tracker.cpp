@@ -33,7 +33,8 @@ void CaptureTracker::relax_this_thread() const noexcept {
   ops_.exchange_mode(&mode);
 }
 
-CaptureTracker::RelaxedScope::RelaxedScope(const CaptureTracker* tracker) noexcept : tracker_(tracker) {
+CaptureTracker::RelaxedScope::RelaxedScope(const CaptureTracker* tracker) noexcept
+    : tracker_(tracker) {
   if (tracker_ == nullptr || tracker_->ops_.exchange_mode == nullptr) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (tracker_->ops_.exchange_mode(&mode) != CUDA_SUCCESS) return;

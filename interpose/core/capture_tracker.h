@@ -55,7 +55,9 @@ class CaptureTracker {
   bool capturing(CUstream stream) const noexcept;
   // Stricter: true only when the driver says the stream captures (for the allocation
   // hooks, which charge as usual when in doubt).
-  bool surely_capturing(CUstream stream) const noexcept { return capture_state(stream) == State::kCapturing; }
+  bool surely_capturing(CUstream stream) const noexcept {
+    return capture_state(stream) == State::kCapturing;
+  }
 
   // cuStreamBeginCapture*: `call` is the real begin. Counts the sequence as open
   // before the driver opens it, so that a drainer never synchronises a context that is

@@ -15,7 +15,8 @@ namespace fracgpu {
 namespace {
 
 constexpr int64_t kDrainerIdleWaitNs = 1'000'000'000;
-constexpr int64_t kBurstGapNs = 200'000;     // a high tenant's launch after this long idle starts a burst
+constexpr int64_t kBurstGapNs =
+    200'000;  // a high tenant's launch after this long idle starts a burst
 constexpr int64_t kGuardPollNs = 20'000;
 
 // One step of waiting: a short sleep (never a spin: the thread it would take the CPU
@@ -52,15 +53,21 @@ bool stream_capturing(void* context) noexcept {
 }  // namespace
 
 ComputePolicy::ComputePolicy(TenantLink& tenant, DeviceResolver& devices, const DriverCalls& calls,
-                             const FenceOps& fence_ops, CaptureTracker& captures, const std::string& doorbell_path)
-    : tenant_(tenant), devices_(devices), calls_(calls), captures_(captures), fence_ops_(fence_ops) {
+                             const FenceOps& fence_ops, CaptureTracker& captures,
+                             const std::string& doorbell_path)
+    : tenant_(tenant),
+      devices_(devices),
+      calls_(calls),
+      captures_(captures),
+      fence_ops_(fence_ops) {
   doorbell_.set_path(doorbell_path);
   for (auto& gpu : gpus_) {
     gpu.owner = this;
     gpu.limiter.init(&fence_ops_, &captures_);
   }
   if (!fence_ops_.complete())
-    FRACGPU_LOG(LogLevel::kWarn, "the CUDA driver lacks event functions; GPU work in flight is not bounded");
+    FRACGPU_LOG(LogLevel::kWarn,
+                "the CUDA driver lacks event functions; GPU work in flight is not bounded");
 }
 
 // First launch on a GPU: bind the gate to this process's slot and start the drainer.
@@ -75,7 +82,9 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 256 * 1024);
   if (pthread_create(&thread, &attr, &ComputePolicy::drainer_main, &gpu) != 0)
-    FRACGPU_LOG(LogLevel::kWarn, "cannot start the drainer thread; slice handoffs will wait for the broker's timeout");
+    FRACGPU_LOG(
+        LogLevel::kWarn,
+        "cannot start the drainer thread; slice handoffs will wait for the broker's timeout");
   pthread_attr_destroy(&attr);
   gpu.ready.store(true, std::memory_order_release);
 }
@@ -85,14 +94,16 @@ void ComputePolicy::note_context(GpuCompute& gpu) noexcept {
   const auto get_current = fence_ops_.ctx_get_current;
   if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
   std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
-  if (std::find(gpu.contexts.begin(), gpu.contexts.end(), ctx) == gpu.contexts.end()) gpu.contexts.push_back(ctx);
+  if (std::find(gpu.contexts.begin(), gpu.contexts.end(), ctx) == gpu.contexts.end())
+    gpu.contexts.push_back(ctx);
 }
 
 void ComputePolicy::pass_slow(GpuCompute& gpu, int index, CUstream stream) noexcept {
   if (tenant_.needs_registration()) {  // a forked child gets its own slot first
     std::string error;
     if (!tenant_.register_forked_child(&error)) {
-      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4, "cannot register this forked process (%s); launching unscheduled",
+      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
+                         "cannot register this forked process (%s); launching unscheduled",
                          error.c_str());
       return;
     }
@@ -108,13 +119,15 @@ void ComputePolicy::pass_slow(GpuCompute& gpu, int index, CUstream stream) noexc
 void ComputePolicy::bursts_and_guard(GpuCompute& gpu) noexcept {
   const DeviceQuota& quota = gpu.gate.quota();
   const int64_t now = monotonic_ns();
-  if (quota.priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh)) {
+  if (quota.priority.load(std::memory_order_relaxed) ==
+      static_cast<uint32_t>(PriorityClass::kHigh)) {
     const int64_t previous = gpu.last_launch_ns.exchange(now, std::memory_order_relaxed);
     if (now - previous > kBurstGapNs) {
       const int64_t begin = gpu.burst_begin_ns.exchange(now, std::memory_order_relaxed);
       DeviceUsage& usage = gpu.gate.usage();
-      usage.burst_span_ns.store(begin > 0 && previous >= begin ? static_cast<uint64_t>(previous - begin) : 0,
-                                std::memory_order_relaxed);
+      usage.burst_span_ns.store(
+          begin > 0 && previous >= begin ? static_cast<uint64_t>(previous - begin) : 0,
+          std::memory_order_relaxed);
       usage.burst_start_ns.store(static_cast<uint64_t>(now), std::memory_order_release);
       doorbell_.ring();  // once per burst: the broker learns the high tenant's rhythm
     }
@@ -140,7 +153,9 @@ void ComputePolicy::drain(GpuCompute& gpu) noexcept {
     contexts.swap(gpu.contexts);
   }
   const DriverCalls& calls = calls_;
-  if (calls.cuCtxPushCurrent == nullptr || calls.cuCtxPopCurrent == nullptr || calls.cuCtxSynchronize == nullptr) return;
+  if (calls.cuCtxPushCurrent == nullptr || calls.cuCtxPopCurrent == nullptr ||
+      calls.cuCtxSynchronize == nullptr)
+    return;
   bool synchronised = true;
   for (CUcontext ctx : contexts) {
     synchronised = synchronised && captures_.run_unless_capturing([&] {
@@ -176,7 +191,8 @@ void ComputePolicy::forget_context(CUcontext ctx) noexcept {
     if (!gpu.ready.load(std::memory_order_acquire)) continue;
     gpu.limiter.forget_context(ctx);
     std::lock_guard<std::mutex> lock(gpu.contexts_mutex);
-    gpu.contexts.erase(std::remove(gpu.contexts.begin(), gpu.contexts.end(), ctx), gpu.contexts.end());
+    gpu.contexts.erase(std::remove(gpu.contexts.begin(), gpu.contexts.end(), ctx),
+                       gpu.contexts.end());
   }
 }
 

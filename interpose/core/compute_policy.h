@@ -5,13 +5,12 @@
 // contexts this process launched into and reports "drained", which is when the broker
 // charges the slice and hands the GPU on. The drainer never breaks a stream capture: it
 // runs in relaxed capture mode and, while a capture is open, waits for the limiter's
-// fences instead of synchronising the context (capture_tracker.h). Everything is set up lazily at the first
-// launch on a GPU; a process that never launches costs nothing.
-// Per launch while granted: resolve the device (one relaxed load for a one-GPU
-// process), gate (one acquire load + compare), limiter (one fetch_add + two loads).
-// Injected: the TenantLink (quota and ledger segments, slot, registration after fork),
-// the DeviceResolver, DriverCalls (context push/pop/synchronise for the drainer),
-// FenceOps (the limiter's events) and the CaptureTracker; fork handling is the preload
+// fences instead of synchronising the context (capture_tracker.h). Everything is set up lazily at
+// the first launch on a GPU; a process that never launches costs nothing. Per launch while granted:
+// resolve the device (one relaxed load for a one-GPU process), gate (one acquire load + compare),
+// limiter (one fetch_add + two loads). Injected: the TenantLink (quota and ledger segments, slot,
+// registration after fork), the DeviceResolver, DriverCalls (context push/pop/synchronise for the
+// drainer), FenceOps (the limiter's events) and the CaptureTracker; fork handling is the preload
 // layer's (it calls after_fork_in_child).
 #pragma once
 
@@ -20,9 +19,8 @@
 #include <array>
 #include <atomic>
 #include <mutex>
-#include <vector>
-
 #include <string>
+#include <vector>
 
 #include "core/capture_tracker.h"
 #include "core/device_resolver.h"
@@ -37,8 +35,9 @@ namespace fracgpu {
 class ComputePolicy {
  public:
   // `doorbell_path`: the tenant's doorbell socket (beside its tenant socket).
-  ComputePolicy(TenantLink& tenant, DeviceResolver& devices, const DriverCalls& calls, const FenceOps& fence_ops,
-                CaptureTracker& captures, const std::string& doorbell_path);
+  ComputePolicy(TenantLink& tenant, DeviceResolver& devices, const DriverCalls& calls,
+                const FenceOps& fence_ops, CaptureTracker& captures,
+                const std::string& doorbell_path);
   ComputePolicy(const ComputePolicy&) = delete;
   ComputePolicy& operator=(const ComputePolicy&) = delete;
 
@@ -90,7 +89,7 @@ class ComputePolicy {
     GrantGate gate;
     InflightLimiter limiter;
     std::mutex contexts_mutex;
-    std::vector<CUcontext> contexts;  // launched into since the last drain
+    std::vector<CUcontext> contexts;         // launched into since the last drain
     std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
     std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
   };

@@ -5,7 +5,8 @@ namespace fracgpu {
 
 uint64_t ContextMemory::footprint(const TenantDevice& device) {
   if (device.index == kNoTenantDevice) return 0;
-  return memory_.tenant().quota()->devices[device.index].context_footprint.load(std::memory_order_relaxed);
+  return memory_.tenant().quota()->devices[device.index].context_footprint.load(
+      std::memory_order_relaxed);
 }
 
 CUresult ContextMemory::create(CUdevice ordinal, CUcontext* context, DriverCall call) {
@@ -31,7 +32,9 @@ CUresult ContextMemory::retain_primary(CUdevice ordinal, DriverCall call) {
   const TenantDevice device = memory_.devices().device(ordinal);
   const uint64_t bytes = charge.retains == 0 ? footprint(device) : 0;
   if (charge.retains == 0) {
-    if (CUresult rc = memory_.reserve(device, bytes, "cuDevicePrimaryCtxRetain"); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = memory_.reserve(device, bytes, "cuDevicePrimaryCtxRetain");
+        rc != CUDA_SUCCESS)
+      return rc;
   }
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS) {

@@ -9,7 +9,8 @@
 
 namespace fracgpu {
 
-DeviceResolver::DeviceResolver(const DriverCalls& calls, const TenantQuota* quota) : calls_(calls), quota_(quota) {
+DeviceResolver::DeviceResolver(const DriverCalls& calls, const TenantQuota* quota)
+    : calls_(calls), quota_(quota) {
   for (auto& entry : cache_) entry.store(kUnknown, std::memory_order_relaxed);
 }
 
@@ -25,7 +26,8 @@ int DeviceResolver::tenant_device(CUdevice ordinal) {
   const std::string text = format_gpu_uuid(uuid.bytes);
   for (uint32_t i = 0; i < quota_->device_count && i < kMaxDevices; ++i) {
     const DeviceQuota& d = quota_->devices[i];
-    if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0) found = static_cast<int>(i);
+    if (d.present != 0 && strncmp(d.uuid, text.c_str(), kUuidSize) == 0)
+      found = static_cast<int>(i);
   }
   cache_[ordinal].store(found, std::memory_order_relaxed);
   return found;
@@ -53,7 +55,8 @@ bool DeviceResolver::current(TenantDevice* out) {
 bool DeviceResolver::of_stream(CUstream stream, TenantDevice* out) {
   if (current(out)) return true;
   auto stream_device = calls_.cuStreamGetDevice;
-  if (stream == nullptr || stream_device == nullptr || stream_device(stream, &out->ordinal) != CUDA_SUCCESS) {
+  if (stream == nullptr || stream_device == nullptr ||
+      stream_device(stream, &out->ordinal) != CUDA_SUCCESS) {
     return false;
   }
   *out = device(out->ordinal);

@@ -33,8 +33,8 @@ bool Doorbell::ring() noexcept {
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path_.c_str(), path_.size() + 1);
   const char byte = 1;
-  const ssize_t sent = ::sendto(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&address),
-                                sizeof(address));
+  const ssize_t sent = ::sendto(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                                reinterpret_cast<sockaddr*>(&address), sizeof(address));
   return sent == 1 || errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
 }
 

@@ -5,17 +5,20 @@
 namespace fracgpu {
 
 void resolve_driver_calls(SymbolLookup lookup, void* context, DriverCalls* calls) {
-#define FRACGPU_DRIVER_CALL(member, symbol, pfn) calls->member = reinterpret_cast<pfn>(lookup(context, #symbol));
+#define FRACGPU_DRIVER_CALL(member, symbol, pfn) \
+  calls->member = reinterpret_cast<pfn>(lookup(context, #symbol));
 #include "tables/driver_calls.def"
 }
 
 void resolve_driver_calls(SymbolLookup lookup, void* context, FenceOps* ops) {
-#define FRACGPU_FENCE_OP(member, symbol, pfn) ops->member = reinterpret_cast<pfn>(lookup(context, #symbol));
+#define FRACGPU_FENCE_OP(member, symbol, pfn) \
+  ops->member = reinterpret_cast<pfn>(lookup(context, #symbol));
 #include "tables/driver_calls.def"
 }
 
 void resolve_driver_calls(SymbolLookup lookup, void* context, CaptureOps* ops) {
-#define FRACGPU_CAPTURE_OP(member, symbol, pfn) ops->member = reinterpret_cast<pfn>(lookup(context, #symbol));
+#define FRACGPU_CAPTURE_OP(member, symbol, pfn) \
+  ops->member = reinterpret_cast<pfn>(lookup(context, #symbol));
 #include "tables/driver_calls.def"
 }
 

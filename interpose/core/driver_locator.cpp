@@ -1,19 +1,21 @@
 // Candidate paths for the real CUDA driver and a parser for /etc/ld.so.cache.
 #include "core/driver_locator.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace fracgpu {
 namespace {
 
 constexpr std::string_view kCacheMagic = "glibc-ld.so.cache1.1";
-constexpr std::size_t kHeaderSize = 48;  // magic+version 20, nlibs 4, len_strings 4, flags 4, ext 4, unused 12
-constexpr std::size_t kEntrySize = 24;   // flags 4, key 4, value 4, osversion 4, hwcap 8
+constexpr std::size_t kHeaderSize =
+    48;  // magic+version 20, nlibs 4, len_strings 4, flags 4, ext 4, unused 12
+constexpr std::size_t kEntrySize = 24;  // flags 4, key 4, value 4, osversion 4, hwcap 8
 constexpr int32_t kFlagTypeMask = 0x00ff;
 constexpr int32_t kFlagElfLibc6 = 0x0003;
 constexpr int32_t kFlagRequiredMask = 0xff00;
@@ -67,8 +69,8 @@ std::vector<LdCacheEntry> parse_ld_so_cache(std::string_view bytes) {
     LdCacheEntry entry;
     entry.name = string_at(cache, read_at<uint32_t>(cache, at + 4));
     entry.path = string_at(cache, read_at<uint32_t>(cache, at + 8));
-    entry.x86_64 = (flags & kFlagTypeMask) == kFlagElfLibc6 &&
-                   (flags & kFlagRequiredMask) == kFlagX8664Lib64;
+    entry.x86_64 =
+        (flags & kFlagTypeMask) == kFlagElfLibc6 && (flags & kFlagRequiredMask) == kFlagX8664Lib64;
     if (!entry.name.empty() && !entry.path.empty()) entries.push_back(std::move(entry));
   }
   return entries;
@@ -90,9 +92,9 @@ std::vector<std::string> driver_candidates(const DriverSearchInputs& inputs) {
   for (const LdCacheEntry& entry : inputs.ld_cache) {
     if (entry.name == kDriverName && entry.x86_64) add_unique(&out, entry.path);
   }
-  for (const char* dir : {"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib",
-                          "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib",
-                          "/lib/x86_64-linux-gnu", "/usr/lib/wsl/lib"}) {
+  for (const char* dir :
+       {"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64", "/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/wsl/lib"}) {
     add_unique(&out, std::string(dir) + "/" + kDriverName);
   }
   return out;

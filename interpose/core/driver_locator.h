@@ -23,8 +23,8 @@ struct LdCacheEntry {
 std::vector<LdCacheEntry> parse_ld_so_cache(std::string_view bytes);
 
 struct DriverSearchInputs {
-  std::string explicit_path;          // FRACGPU_REAL_DRIVER
-  std::string ld_library_path;        // LD_LIBRARY_PATH
+  std::string explicit_path;           // FRACGPU_REAL_DRIVER
+  std::string ld_library_path;         // LD_LIBRARY_PATH
   std::vector<LdCacheEntry> ld_cache;  // parsed /etc/ld.so.cache
 };
 

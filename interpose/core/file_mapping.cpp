@@ -8,7 +8,8 @@
 
 namespace fracgpu {
 
-void* map_segment_file(const std::string& path, bool writable, std::size_t* size, std::string* error) {
+void* map_segment_file(const std::string& path, bool writable, std::size_t* size,
+                       std::string* error) {
   int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     if (error != nullptr) *error = "cannot open " + path;
@@ -18,7 +19,8 @@ void* map_segment_file(const std::string& path, bool writable, std::size_t* size
   void* address = MAP_FAILED;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) {
     *size = static_cast<std::size_t>(st.st_size);
-    address = ::mmap(nullptr, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    address =
+        ::mmap(nullptr, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   }
   ::close(fd);
   if (address == MAP_FAILED) {

@@ -12,7 +12,8 @@ namespace fracgpu {
 
 // Maps all of `path` shared, read-write or read-only, and stores its size. Null when the
 // file cannot be opened, is empty or cannot be mapped; *error (if given) then says which.
-void* map_segment_file(const std::string& path, bool writable, std::size_t* size, std::string* error = nullptr);
+void* map_segment_file(const std::string& path, bool writable, std::size_t* size,
+                       std::string* error = nullptr);
 
 // The directory a tenant socket lives in: its segment files are beside it.
 std::string directory_of(const std::string& path);

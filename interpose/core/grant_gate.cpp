@@ -1,16 +1,16 @@
 // The launch gate's slow paths (see grant_gate.h).
 #include "core/grant_gate.h"
 
-
+#include "core/shim_log.h"
 #include "fracgpu/futex_word.h"
 #include "fracgpu/monotonic_clock.h"
-#include "core/shim_log.h"
 
 namespace fracgpu {
 namespace {
 
 constexpr int64_t kWaitSliceNs = 50'000'000;  // re-check the broker's liveness this often
-constexpr int64_t kReringNs = 200'000'000;    // ring again while still waiting (lost datagram, new broker)
+constexpr int64_t kReringNs =
+    200'000'000;  // ring again while still waiting (lost datagram, new broker)
 
 }  // namespace
 
@@ -60,13 +60,16 @@ bool GrantGate::wait_for_grant(uint32_t word) noexcept {
     if (now - last_ring >= kReringNs) {
       last_ring = now;
       reachable = doorbell_->ring();
-      if (reachable) unreachable_since = 0;
-      else if (unreachable_since == 0) unreachable_since = now;
+      if (reachable)
+        unreachable_since = 0;
+      else if (unreachable_since == 0)
+        unreachable_since = now;
     }
     if (unreachable_since != 0 && now - unreachable_since >= kBrokerGoneNs) {
-      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
-                         "the fracgpu broker does not answer at %s; launching without a compute grant",
-                         doorbell_->path().c_str());
+      FRACGPU_LOG_CAPPED(
+          LogLevel::kWarn, 4,
+          "the fracgpu broker does not answer at %s; launching without a compute grant",
+          doorbell_->path().c_str());
       break;
     }
   }

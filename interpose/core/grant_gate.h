@@ -25,7 +25,8 @@ class GrantGate {
   // Tells the gate whether the launch's stream is capturing (such launches never wait).
   using CaptureProbe = bool (*)(void* context) noexcept;
 
-  void bind(const DeviceQuota* quota, DeviceUsage* usage, SlotSchedule* slot, Doorbell* doorbell) noexcept {
+  void bind(const DeviceQuota* quota, DeviceUsage* usage, SlotSchedule* slot,
+            Doorbell* doorbell) noexcept {
     quota_ = quota;
     usage_ = usage;
     slot_ = slot;
@@ -36,7 +37,8 @@ class GrantGate {
 
   // True on the fast path: nothing changed since this process last passed.
   bool unchanged() const noexcept {
-    return quota_->grant_word.load(std::memory_order_acquire) == seen_.load(std::memory_order_relaxed);
+    return quota_->grant_word.load(std::memory_order_acquire) ==
+           seen_.load(std::memory_order_relaxed);
   }
   // Slow path: returns once the launch may go (granted, capturing, or broker gone).
   // Sets *new_epoch when this call acknowledged a new epoch (the caller re-reads its
@@ -48,14 +50,17 @@ class GrantGate {
   uint32_t word() const noexcept { return quota_->grant_word.load(std::memory_order_acquire); }
   // Marks the revoke of `epoch` as drained by this process and tells the broker.
   void report_drained(uint32_t epoch) noexcept;
-  uint32_t inflight_limit_us() const noexcept { return quota_->inflight_limit_us.load(std::memory_order_relaxed); }
+  uint32_t inflight_limit_us() const noexcept {
+    return quota_->inflight_limit_us.load(std::memory_order_relaxed);
+  }
   const DeviceQuota& quota() const noexcept { return *quota_; }
   DeviceUsage& usage() const noexcept { return *usage_; }
   // A high tenant (bursts are reported) or a guard published by the broker: one load
   // of the same cache line as grant_word.
   bool burst_work() const noexcept {
     return quota_->guard_period_ns.load(std::memory_order_relaxed) != 0 ||
-           quota_->priority.load(std::memory_order_relaxed) == static_cast<uint32_t>(PriorityClass::kHigh);
+           quota_->priority.load(std::memory_order_relaxed) ==
+               static_cast<uint32_t>(PriorityClass::kHigh);
   }
 
   static constexpr int64_t kBrokerGoneNs = 2'000'000'000;

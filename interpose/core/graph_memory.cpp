@@ -15,7 +15,9 @@ constexpr int kMaxGraphDepth = 8;  // child graphs nest; deeper nesting is not w
 
 uint64_t GraphMemory::allocation_bytes(CUgraph graph, int depth) noexcept {
   const DriverCalls& calls = memory_.driver();
-  if (calls.cuGraphGetNodes == nullptr || calls.cuGraphNodeGetType == nullptr || depth > kMaxGraphDepth) return 0;
+  if (calls.cuGraphGetNodes == nullptr || calls.cuGraphNodeGetType == nullptr ||
+      depth > kMaxGraphDepth)
+    return 0;
   size_t count = 0;
   if (calls.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return 0;
   std::vector<CUgraphNode> nodes(count);
@@ -26,7 +28,8 @@ uint64_t GraphMemory::allocation_bytes(CUgraph graph, int depth) noexcept {
     if (calls.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS) continue;
     if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && calls.cuGraphMemAllocNodeGetParams != nullptr) {
       CUDA_MEM_ALLOC_NODE_PARAMS params{};
-      if (calls.cuGraphMemAllocNodeGetParams(nodes[i], &params) == CUDA_SUCCESS) bytes += params.bytesize;
+      if (calls.cuGraphMemAllocNodeGetParams(nodes[i], &params) == CUDA_SUCCESS)
+        bytes += params.bytesize;
     } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && calls.cuGraphChildGraphNodeGetGraph != nullptr) {
       CUgraph child = nullptr;
       if (calls.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS && child != nullptr)
@@ -81,19 +84,23 @@ CUresult GraphMemory::charge_before(const ExecMemory& memory, uint64_t* precharg
   const std::size_t index = static_cast<std::size_t>(memory.device.index);
   uint64_t headroom = 0;
   if (pool.known) {
-    if (memory.device.index >= 0 && pool.reserved > charged_[index]) charge_to(memory.device.index, pool.reserved);
+    if (memory.device.index >= 0 && pool.reserved > charged_[index])
+      charge_to(memory.device.index, pool.reserved);
     headroom = pool.reserved - std::min(pool.used, pool.reserved);
   }
   const uint64_t wanted = memory.backed ? 0 : memory.bytes;
   const uint64_t need = wanted > headroom ? wanted - headroom : 0;
   if (need == 0) return CUDA_SUCCESS;
-  if (CUresult rc = memory_.reserve(memory.device, need, "cuGraphLaunch (graph memory)"); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = memory_.reserve(memory.device, need, "cuGraphLaunch (graph memory)");
+      rc != CUDA_SUCCESS)
+    return rc;
   *precharged = need;
   if (memory.device.index >= 0) charged_[index] += need;
   return CUDA_SUCCESS;
 }
 
-void GraphMemory::settle_after(const TenantDevice& device, uint64_t precharged, bool launched) noexcept {
+void GraphMemory::settle_after(const TenantDevice& device, uint64_t precharged,
+                               bool launched) noexcept {
   if (device.index < 0) return;
   const uint64_t before = charged_[static_cast<std::size_t>(device.index)] - precharged;
   if (!launched) {

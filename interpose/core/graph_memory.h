@@ -78,8 +78,8 @@ class GraphMemory {
   PoolState pool_state(CUdevice ordinal) noexcept;
   CUresult charge_before(const ExecMemory& memory, uint64_t* precharged) noexcept;
   void settle_after(const TenantDevice& device, uint64_t precharged, bool launched) noexcept;
-  void charge_to(int index, uint64_t target) noexcept;       // under mutex_
-  void resync(const TenantDevice& device) noexcept;         // under mutex_
+  void charge_to(int index, uint64_t target) noexcept;  // under mutex_
+  void resync(const TenantDevice& device) noexcept;     // under mutex_
 
   MemoryPolicy& memory_;
   mutable std::mutex mutex_;

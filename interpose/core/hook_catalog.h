@@ -43,7 +43,8 @@ inline constexpr HookInfo kHookCatalog[] = {
 #define FRACGPU_CATALOG_KIND_BODY(symbol, pfn, locator) HookKind::kBody
 #define FRACGPU_CATALOG_KIND_GATED(symbol, pfn, locator) HookKind::kGated
 #define FRACGPU_HOOK(symbol, base, version, pt, kind) \
-  {#symbol, #base, version, sizeof(#pt) > 1, FRACGPU_HOOK_KIND(FRACGPU_CATALOG_KIND, symbol, -, kind)},
+  {#symbol, #base, version, sizeof(#pt) > 1,          \
+   FRACGPU_HOOK_KIND(FRACGPU_CATALOG_KIND, symbol, -, kind)},
 #include "tables/hooks.def"
 #undef FRACGPU_HOOK
 #undef FRACGPU_CATALOG_KIND_FORWARD
@@ -53,8 +54,12 @@ inline constexpr HookInfo kHookCatalog[] = {
 
 inline constexpr std::size_t kHookCount = sizeof(kHookCatalog) / sizeof(kHookCatalog[0]);
 
-constexpr std::size_t hook_index(HookId id) { return static_cast<std::size_t>(id); }
-constexpr const HookInfo& hook_info(HookId id) { return kHookCatalog[hook_index(id)]; }
+constexpr std::size_t hook_index(HookId id) {
+  return static_cast<std::size_t>(id);
+}
+constexpr const HookInfo& hook_info(HookId id) {
+  return kHookCatalog[hook_index(id)];
+}
 
 // The hook whose exported name is `symbol`, if it is hooked.
 std::optional<HookId> find_hook_by_symbol(std::string_view symbol);

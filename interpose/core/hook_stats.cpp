@@ -11,7 +11,8 @@ std::string json_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;  // paths never legitimately hold control chars
+    if (static_cast<unsigned char>(c) < 0x20)
+      continue;  // paths never legitimately hold control chars
     out += c;
   }
   return out;

@@ -7,7 +7,7 @@
 namespace fracgpu {
 namespace {
 
-constexpr double kLearnWeight = 0.25;   // EWMA weight of a new per-launch sample
+constexpr double kLearnWeight = 0.25;     // EWMA weight of a new per-launch sample
 constexpr std::size_t kMaxPending = 256;  // fences in flight before the oldest is waited for
 
 }  // namespace
@@ -48,7 +48,8 @@ InflightLimiter::Record InflightLimiter::record_fence(CUstream stream, uint64_t 
   // Never add an event node to a graph being captured, nor touch a stream whose
   // capture state cannot be read (an implicit-capture error would invalidate it).
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (ops_->stream_is_capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+  if (ops_->stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return Record::kCapturing;
   CUevent event = take_event(ctx);
   if (event == nullptr) return Record::kSkipped;
@@ -62,12 +63,15 @@ InflightLimiter::Record InflightLimiter::record_fence(CUstream stream, uint64_t 
 
 // GPU time per launch from two completed fences of one context: elapsed / launches.
 void InflightLimiter::learn(const Fence& earlier, const Fence& later) noexcept {
-  if (earlier.event == nullptr || earlier.ctx != later.ctx || later.launch <= earlier.launch) return;
+  if (earlier.event == nullptr || earlier.ctx != later.ctx || later.launch <= earlier.launch)
+    return;
   float ms = 0;
   if (ops_->event_elapsed(&ms, earlier.event, later.event) != CUDA_SUCCESS || ms < 0) return;
-  const double sample = static_cast<double>(ms) * 1000.0 / static_cast<double>(later.launch - earlier.launch);
+  const double sample =
+      static_cast<double>(ms) * 1000.0 / static_cast<double>(later.launch - earlier.launch);
   const double old = us_per_launch_.load(std::memory_order_relaxed);
-  us_per_launch_.store(old <= 0 ? sample : old + kLearnWeight * (sample - old), std::memory_order_relaxed);
+  us_per_launch_.store(old <= 0 ? sample : old + kLearnWeight * (sample - old),
+                       std::memory_order_relaxed);
 }
 
 void InflightLimiter::reap() noexcept {
@@ -76,7 +80,8 @@ void InflightLimiter::reap() noexcept {
     if (state == CUDA_ERROR_NOT_READY) return;
     Fence done = pending_.front();
     pending_.pop_front();
-    if (state != CUDA_SUCCESS) continue;  // a failed or reset context: forget (never destroy) the handle
+    if (state != CUDA_SUCCESS)
+      continue;  // a failed or reset context: forget (never destroy) the handle
     learn(last_done_, done);
     give_back(last_done_);
     last_done_ = done;
@@ -92,7 +97,8 @@ void InflightLimiter::wait_until_within(uint32_t limit_us, uint64_t n) noexcept 
     if (pending_.empty()) return;
     const uint64_t queued = n - std::min(n, last_done_.launch);
     const double per_launch = us_per_launch();
-    const bool over = per_launch > 0 ? static_cast<double>(queued) * per_launch > limit_us : pending_.size() > 2;
+    const bool over =
+        per_launch > 0 ? static_cast<double>(queued) * per_launch > limit_us : pending_.size() > 2;
     if (!over && pending_.size() < kMaxPending) return;
     if (ops_->event_synchronize(pending_.front().event) != CUDA_SUCCESS) pending_.pop_front();
   }
@@ -124,7 +130,8 @@ void InflightLimiter::wait_for_recorded() noexcept {
   if (ops_ == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   CaptureTracker::RelaxedScope relaxed(captures_);
-  for (const Fence& fence : pending_) ops_->event_synchronize(fence.event);  // never captured events
+  for (const Fence& fence : pending_)
+    ops_->event_synchronize(fence.event);  // never captured events
   reap();
 }
 

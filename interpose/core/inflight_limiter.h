@@ -79,7 +79,7 @@ class InflightLimiter {
   std::atomic<uint64_t> next_fence_at_{0};
   std::mutex mutex_;  // below: slow path only
   std::deque<Fence> pending_;
-  Fence last_done_;  // newest fence known complete (event kept for the next elapsed time)
+  Fence last_done_;           // newest fence known complete (event kept for the next elapsed time)
   std::vector<Fence> spare_;  // recycled events, by context
   std::atomic<double> us_per_launch_{0};  // 0 = not learned yet (read without the mutex)
 };

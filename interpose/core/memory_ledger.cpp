@@ -8,7 +8,9 @@ ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes) {
   return ledger_protocol::try_reserve(*quota_, *ledger_, slot_, device, bytes);
 }
 
-void MemoryLedger::release(uint32_t device, uint64_t bytes) { ledger_protocol::release(*ledger_, slot_, device, bytes); }
+void MemoryLedger::release(uint32_t device, uint64_t bytes) {
+  ledger_protocol::release(*ledger_, slot_, device, bytes);
+}
 
 void MemoryLedger::force_charge(uint32_t device, uint64_t bytes) {
   ledger_protocol::force_charge(*ledger_, slot_, device, bytes);

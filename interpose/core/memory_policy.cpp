@@ -21,17 +21,21 @@ std::string gib(uint64_t bytes) {
 uint64_t element_bytes(CUarray_format format) {
   switch (format) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    default: return 4;  // 32-bit formats; others are corrected after creation
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;  // 32-bit formats; others are corrected after creation
   }
 }
 
-uint64_t array_bytes(uint64_t width, uint64_t height, uint64_t depth, CUarray_format format, unsigned channels) {
-  return std::max<uint64_t>(width, 1) * std::max<uint64_t>(height, 1) * std::max<uint64_t>(depth, 1) *
-         element_bytes(format) * std::max(channels, 1u);
+uint64_t array_bytes(uint64_t width, uint64_t height, uint64_t depth, CUarray_format format,
+                     unsigned channels) {
+  return std::max<uint64_t>(width, 1) * std::max<uint64_t>(height, 1) *
+         std::max<uint64_t>(depth, 1) * element_bytes(format) * std::max(channels, 1u);
 }
 
 uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
@@ -44,7 +48,8 @@ uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
 }
 
 // The driver's own size of an array, when it can say.
-bool array_requirements(const DriverCalls& calls, CUarray array, CUdevice ordinal, CUDA_ARRAY_MEMORY_REQUIREMENTS* req) {
+bool array_requirements(const DriverCalls& calls, CUarray array, CUdevice ordinal,
+                        CUDA_ARRAY_MEMORY_REQUIREMENTS* req) {
   return calls.cuArrayGetMemoryRequirements != nullptr &&
          calls.cuArrayGetMemoryRequirements(req, array, ordinal) == CUDA_SUCCESS;
 }
@@ -58,19 +63,25 @@ bool array_requirements(const DriverCalls& calls, CUmipmappedArray array, CUdevi
 
 MemoryPolicy::MemoryPolicy(TenantLink& tenant, const DriverCalls& calls, DeviceResolver& devices,
                            CaptureTracker& captures)
-    : tenant_(tenant), ledger_(tenant.ledger()), calls_(calls), devices_(devices), captures_(captures), pools_(calls) {}
+    : tenant_(tenant),
+      ledger_(tenant.ledger()),
+      calls_(calls),
+      devices_(devices),
+      captures_(captures),
+      pools_(calls) {}
 
 CUresult MemoryPolicy::reserve(const TenantDevice& device, uint64_t bytes, const char* api) {
   if (device.index == kNoTenantDevice) {
-    FRACGPU_LOG_CAPPED(LogLevel::kError, 16, "%s refused: GPU %d is not assigned to tenant '%s'", api,
-                       device.ordinal, tenant_.tenant().c_str());
+    FRACGPU_LOG_CAPPED(LogLevel::kError, 16, "%s refused: GPU %d is not assigned to tenant '%s'",
+                       api, device.ordinal, tenant_.tenant().c_str());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const uint32_t index = static_cast<uint32_t>(device.index);
   if (tenant_.needs_registration()) {
     std::string error;
     if (!tenant_.register_forked_child(&error)) {
-      FRACGPU_LOG_CAPPED(LogLevel::kError, 4, "%s refused: cannot register this forked process (%s)", api,
+      FRACGPU_LOG_CAPPED(LogLevel::kError, 4,
+                         "%s refused: cannot register this forked process (%s)", api,
                          error.c_str());
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -84,41 +95,51 @@ CUresult MemoryPolicy::reserve(const TenantDevice& device, uint64_t bytes, const
   if (outcome != ReserveOutcome::kReserved) {
     const MemoryPools::Change reclaimed = pools_.reclaim_cached(index);
     release(reclaimed);
-    if (reclaimed.bytes > 0) outcome = ledger_.try_reserve(index, bytes);  // pools held cached memory; once more
+    if (reclaimed.bytes > 0)
+      outcome = ledger_.try_reserve(index, bytes);  // pools held cached memory; once more
   }
   if (outcome == ReserveOutcome::kReserved) return CUDA_SUCCESS;
   ledger_.count_oom(index);
   if (outcome == ReserveOutcome::kOverLimit) {
-    FRACGPU_LOG_CAPPED(LogLevel::kError, 16,
-                       "%s of %llu bytes refused: tenant '%s' is at its memory cap of %s on GPU %d (%s in use)",
-                       api, static_cast<unsigned long long>(bytes), tenant_.tenant().c_str(),
-                       gib(ledger_.limit(index)).c_str(), device.ordinal, gib(ledger_.used(index)).c_str());
+    FRACGPU_LOG_CAPPED(
+        LogLevel::kError, 16,
+        "%s of %llu bytes refused: tenant '%s' is at its memory cap of %s on GPU %d (%s in use)",
+        api, static_cast<unsigned long long>(bytes), tenant_.tenant().c_str(),
+        gib(ledger_.limit(index)).c_str(), device.ordinal, gib(ledger_.used(index)).c_str());
   } else {
-    FRACGPU_LOG_CAPPED(LogLevel::kError, 16,
-                       "%s of %llu bytes refused: tenant '%s' is above its guaranteed %s on GPU %d and the "
-                       "broker granted no burst (%s)",
-                       api, static_cast<unsigned long long>(bytes), tenant_.tenant().c_str(),
-                       gib(ledger_.grant(index)).c_str(), device.ordinal, burst_error.c_str());
+    FRACGPU_LOG_CAPPED(
+        LogLevel::kError, 16,
+        "%s of %llu bytes refused: tenant '%s' is above its guaranteed %s on GPU %d and the "
+        "broker granted no burst (%s)",
+        api, static_cast<unsigned long long>(bytes), tenant_.tenant().c_str(),
+        gib(ledger_.grant(index)).c_str(), device.ordinal, burst_error.c_str());
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void MemoryPolicy::release(int index, uint64_t bytes) {
-  if (index != kNoTenantDevice && index >= 0 && bytes > 0) ledger_.release(static_cast<uint32_t>(index), bytes);
+  if (index != kNoTenantDevice && index >= 0 && bytes > 0)
+    ledger_.release(static_cast<uint32_t>(index), bytes);
 }
 
 bool MemoryPolicy::charge_existing(int index, uint64_t bytes) {
   if (index < 0 || bytes == 0) return true;
-  if (ledger_.try_reserve(static_cast<uint32_t>(index), bytes) == ReserveOutcome::kReserved) return true;
+  if (ledger_.try_reserve(static_cast<uint32_t>(index), bytes) == ReserveOutcome::kReserved)
+    return true;
   ledger_.force_charge(static_cast<uint32_t>(index), bytes);
   return false;
 }
 
-uint64_t MemoryPolicy::limit(int index) { return index < 0 ? 0 : ledger_.limit(static_cast<uint32_t>(index)); }
-uint64_t MemoryPolicy::used(int index) { return index < 0 ? 0 : ledger_.used(static_cast<uint32_t>(index)); }
+uint64_t MemoryPolicy::limit(int index) {
+  return index < 0 ? 0 : ledger_.limit(static_cast<uint32_t>(index));
+}
+uint64_t MemoryPolicy::used(int index) {
+  return index < 0 ? 0 : ledger_.used(static_cast<uint32_t>(index));
+}
 
 void MemoryPolicy::remember(AllocationTable& table, uint64_t key, const ChargedAllocation& charge) {
-  if (auto stale = table.insert(key, charge)) release(static_cast<int>(stale->device), stale->bytes);
+  if (auto stale = table.insert(key, charge))
+    release(static_cast<int>(stale->device), stale->bytes);
 }
 
 CUresult MemoryPolicy::uncharged(AllocationTable& table, uint64_t key, DriverCall call) {
@@ -132,7 +153,8 @@ CUresult MemoryPolicy::uncharged(AllocationTable& table, uint64_t key, DriverCal
 // Reserve on the current device, then the driver call, and remember the charge under
 // the key of the new allocation. No current device: nothing to charge it to (the driver
 // refuses such an allocation itself).
-CUresult MemoryPolicy::allocate_keyed(const char* api, uint64_t bytes, DriverCall call, CallRef<uint64_t()> key) {
+CUresult MemoryPolicy::allocate_keyed(const char* api, uint64_t bytes, DriverCall call,
+                                      CallRef<uint64_t()> key) {
   TenantDevice device;
   if (!devices_.current(&device)) return call();
   if (CUresult rc = reserve(device, bytes, api); rc != CUDA_SUCCESS) return rc;
@@ -168,13 +190,15 @@ CUresult MemoryPolicy::free_any(CUdeviceptr ptr, DriverCall call) {
     if (pooled) async_memory_.insert(ptr, *pooled);
   } else if (plain) {
     release(static_cast<int>(plain->device), plain->bytes);
-  } else if (pooled && !pools_.freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
+  } else if (pooled &&
+             !pools_.freed(reinterpret_cast<CUmemoryPool>(pooled->owner), pooled->bytes)) {
     release(static_cast<int>(pooled->device), pooled->bytes);  // its pool is already destroyed
   }
   return rc;
 }
 
-void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_bytes, size_t* total_bytes) {
+void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_bytes,
+                                     size_t* total_bytes) {
   if (device.index == kNoTenantDevice) {  // a device the tenant may not use looks full
     if (free_bytes) *free_bytes = 0;
     return;
@@ -190,7 +214,8 @@ void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_by
 
 // Charges an array's estimated size, then corrects the charge to the driver's own figure.
 template <typename Handle>
-CUresult MemoryPolicy::created_array(const char* api, Handle* array, uint64_t bytes, DriverCall call) {
+CUresult MemoryPolicy::created_array(const char* api, Handle* array, uint64_t bytes,
+                                     DriverCall call) {
   TenantDevice device;
   if (!devices_.current(&device)) return call();
   if (CUresult rc = reserve(device, bytes, api); rc != CUDA_SUCCESS) return rc;
@@ -202,7 +227,8 @@ CUresult MemoryPolicy::created_array(const char* api, Handle* array, uint64_t by
   const uint64_t key = array != nullptr ? key_of(*array) : 0;
   remember(arrays_, key, {static_cast<uint32_t>(device.index), bytes, 0});
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  if (!devices_.current(&device) || !array_requirements(calls_, *array, device.ordinal, &req) || req.size == 0) {
+  if (!devices_.current(&device) || !array_requirements(calls_, *array, device.ordinal, &req) ||
+      req.size == 0) {
     return rc;
   }
   auto charge = arrays_.find(key);
@@ -216,19 +242,24 @@ CUresult MemoryPolicy::created_array(const char* api, Handle* array, uint64_t by
   return rc;
 }
 
-CUresult MemoryPolicy::create_array(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc, DriverCall call) {
-  const uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels) : 0;
+CUresult MemoryPolicy::create_array(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc,
+                                    DriverCall call) {
+  const uint64_t bytes =
+      desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels) : 0;
   return created_array("cuArrayCreate", array, bytes, call);
 }
 
-CUresult MemoryPolicy::create_array(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc, DriverCall call) {
+CUresult MemoryPolicy::create_array(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                    DriverCall call) {
   const uint64_t bytes =
-      desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels) : 0;
+      desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels)
+           : 0;
   return created_array("cuArray3DCreate", array, bytes, call);
 }
 
-CUresult MemoryPolicy::create_mipmapped_array(CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc,
-                                              unsigned levels, DriverCall call) {
+CUresult MemoryPolicy::create_mipmapped_array(CUmipmappedArray* array,
+                                              const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels,
+                                              DriverCall call) {
   const uint64_t bytes = desc ? mipmap_bytes(*desc, levels) : 0;
   return created_array("cuMipmappedArrayCreate", array, bytes, call);
 }
@@ -243,18 +274,20 @@ bool MemoryPolicy::captured(CUstream stream, bool per_thread) const {
   return captures_.surely_capturing(explicit_stream(stream, per_thread));
 }
 
-CUresult MemoryPolicy::allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream,
-                                      bool per_thread, DriverCall call) {
+CUresult MemoryPolicy::allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                      CUstream stream, bool per_thread, DriverCall call) {
   if (captured(stream, per_thread)) return call();
   TenantDevice device;
   if (!devices_.of_stream(stream, &device)) return CUDA_ERROR_INVALID_CONTEXT;  // never uncharged
   if (pool == nullptr) {
     auto current_pool = calls_.cuDeviceGetMemPool;
-    if (current_pool == nullptr || current_pool(&pool, device.ordinal) != CUDA_SUCCESS) pool = nullptr;
+    if (current_pool == nullptr || current_pool(&pool, device.ordinal) != CUDA_SUCCESS)
+      pool = nullptr;
   }
   const MemoryPools::Change claimed = pools_.claim(pool, device.index, size);
   if (claimed.bytes > 0) {
-    const CUresult rc = reserve(TenantDevice{device.ordinal, claimed.index}, claimed.bytes, "cuMemAllocAsync");
+    const CUresult rc =
+        reserve(TenantDevice{device.ordinal, claimed.index}, claimed.bytes, "cuMemAllocAsync");
     if (rc != CUDA_SUCCESS) {
       pools_.unclaim(pool, size, claimed.bytes);
       return rc;
@@ -265,7 +298,8 @@ CUresult MemoryPolicy::allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPo
     release(pools_.unclaim(pool, size, claimed.bytes));
     return rc;
   }
-  remember(async_memory_, *dptr, {static_cast<uint32_t>(device.index), size, reinterpret_cast<uintptr_t>(pool)});
+  remember(async_memory_, *dptr,
+           {static_cast<uint32_t>(device.index), size, reinterpret_cast<uintptr_t>(pool)});
   if (claimed.bytes > 0 && pool != nullptr) {
     const MemoryPools::Change rounding = pools_.settle(pool);
     if (!charge_existing(rounding.index, rounding.bytes)) {
@@ -276,7 +310,8 @@ CUresult MemoryPolicy::allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPo
   return rc;
 }
 
-CUresult MemoryPolicy::free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, DriverCall call) {
+CUresult MemoryPolicy::free_async(CUdeviceptr ptr, CUstream stream, bool per_thread,
+                                  DriverCall call) {
   if (captured(stream, per_thread)) return call();
   return free_any(ptr, call);
 }
@@ -289,7 +324,8 @@ CUresult MemoryPolicy::trim_pool(CUmemoryPool pool, DriverCall call) {
 
 CUresult MemoryPolicy::destroy_pool(CUmemoryPool pool, DriverCall call) {
   const CUresult rc = call();
-  if (rc == CUDA_SUCCESS) release(pools_.destroyed(pool));  // outstanding allocations keep their rows
+  if (rc == CUDA_SUCCESS)
+    release(pools_.destroyed(pool));  // outstanding allocations keep their rows
   return rc;
 }
 

@@ -37,13 +37,16 @@ using DriverCall = CallRef<CUresult()>;
 // The key of a handle or pointer in an AllocationTable.
 template <typename Key>
 uint64_t key_of(Key key) {
-  if constexpr (std::is_pointer_v<Key>) return reinterpret_cast<uintptr_t>(key);
-  else return static_cast<uint64_t>(key);
+  if constexpr (std::is_pointer_v<Key>)
+    return reinterpret_cast<uintptr_t>(key);
+  else
+    return static_cast<uint64_t>(key);
 }
 
 class MemoryPolicy {
  public:
-  MemoryPolicy(TenantLink& tenant, const DriverCalls& calls, DeviceResolver& devices, CaptureTracker& captures);
+  MemoryPolicy(TenantLink& tenant, const DriverCalls& calls, DeviceResolver& devices,
+               CaptureTracker& captures);
 
   // --- The ledger (every charge of this process goes through here) ---
   // Charges `bytes` to the device (asking the broker for burst, then the pools for their
@@ -77,10 +80,12 @@ class MemoryPolicy {
   // The pitch is the driver's choice: charge width x height first, then the padding.
   // `call` is the real allocation, given where to store the pitch.
   template <typename Ptr, typename Size>
-  CUresult allocate_pitched(Ptr* dptr, Size* pitch, std::type_identity_t<Size> width, std::type_identity_t<Size> height,
+  CUresult allocate_pitched(Ptr* dptr, Size* pitch, std::type_identity_t<Size> width,
+                            std::type_identity_t<Size> height,
                             std::type_identity_t<CallRef<CUresult(Size*)>> call) {
     Size chosen = 0;
-    CUresult rc = allocate("cuMemAllocPitch", dptr, uint64_t{width} * height, [&] { return call(&chosen); });
+    CUresult rc =
+        allocate("cuMemAllocPitch", dptr, uint64_t{width} * height, [&] { return call(&chosen); });
     if (pitch != nullptr) *pitch = chosen;
     if (rc != CUDA_SUCCESS || chosen <= width) return rc;
     rc = charge_padding(key_of(*dptr), uint64_t{chosen - width} * height);
@@ -96,10 +101,14 @@ class MemoryPolicy {
     const CUresult rc = call();
     TenantDevice device;
     if (rc != CUDA_SUCCESS || !devices_.current(&device)) return rc;
-    size_t free_now = free_bytes ? *free_bytes : SIZE_MAX, total_now = total_bytes ? *total_bytes : 0;
+    size_t free_now = free_bytes ? *free_bytes : SIZE_MAX,
+           total_now = total_bytes ? *total_bytes : 0;
     clamp_memory_info(device, &free_now, &total_now);
-    if (free_bytes) *free_bytes = static_cast<Size>(std::min<size_t>(free_now, std::numeric_limits<Size>::max()));
-    if (total_bytes) *total_bytes = static_cast<Size>(std::min<size_t>(total_now, std::numeric_limits<Size>::max()));
+    if (free_bytes)
+      *free_bytes = static_cast<Size>(std::min<size_t>(free_now, std::numeric_limits<Size>::max()));
+    if (total_bytes)
+      *total_bytes =
+          static_cast<Size>(std::min<size_t>(total_now, std::numeric_limits<Size>::max()));
     return rc;
   }
   template <typename Size, typename Device>
@@ -117,15 +126,19 @@ class MemoryPolicy {
   // --- Arrays: estimated before creation, corrected to the driver's own size after ---
   CUresult create_array(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc, DriverCall call);
   CUresult create_array(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc, DriverCall call);
-  CUresult create_mipmapped_array(CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels,
-                                  DriverCall call);
-  CUresult destroy_array(CUarray array, DriverCall call) { return uncharged(arrays_, key_of(array), call); }
-  CUresult destroy_array(CUmipmappedArray array, DriverCall call) { return uncharged(arrays_, key_of(array), call); }
+  CUresult create_mipmapped_array(CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                  unsigned levels, DriverCall call);
+  CUresult destroy_array(CUarray array, DriverCall call) {
+    return uncharged(arrays_, key_of(array), call);
+  }
+  CUresult destroy_array(CUmipmappedArray array, DriverCall call) {
+    return uncharged(arrays_, key_of(array), call);
+  }
 
   // --- Stream-ordered allocation (cuMemAllocAsync, pools; the charge model: memory_pools.h) ---
   // `pool` null: the device's current pool. `per_thread`: a _ptsz variant.
-  CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, bool per_thread,
-                          DriverCall call);
+  CUresult allocate_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream,
+                          bool per_thread, DriverCall call);
   CUresult free_async(CUdeviceptr ptr, CUstream stream, bool per_thread, DriverCall call);
   CUresult trim_pool(CUmemoryPool pool, DriverCall call);
   CUresult destroy_pool(CUmemoryPool pool, DriverCall call);
@@ -136,7 +149,8 @@ class MemoryPolicy {
   std::size_t array_allocations() const { return arrays_.size(); }
 
  private:
-  CUresult allocate_keyed(const char* api, uint64_t bytes, DriverCall call, CallRef<uint64_t()> key);
+  CUresult allocate_keyed(const char* api, uint64_t bytes, DriverCall call,
+                          CallRef<uint64_t()> key);
   CUresult charge_padding(uint64_t key, uint64_t extra);
   CUresult free_any(CUdeviceptr ptr, DriverCall call);
   template <typename Handle>

@@ -29,7 +29,8 @@ MemoryPools::Change MemoryPools::unclaim(CUmemoryPool pool, uint64_t size, uint6
 uint64_t MemoryPools::reserved_bytes(CUmemoryPool pool, bool* known) const {
   cuuint64_t reserved = 0;
   auto get = calls_.cuMemPoolGetAttribute;
-  *known = get != nullptr && get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
+  *known =
+      get != nullptr && get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
   return reserved;
 }
 

@@ -6,7 +6,8 @@
 namespace fracgpu {
 
 void ProcAddressResolver::build(const std::array<void*, kHookCount>& real,
-                                const std::array<void*, kHookCount>& wrapper, int newest_known_version) {
+                                const std::array<void*, kHookCount>& wrapper,
+                                int newest_known_version) {
   newest_known_version_ = newest_known_version;
   real_count_ = 0;
   for (std::size_t i = 0; i < kHookCount; ++i) {
@@ -21,14 +22,16 @@ void* ProcAddressResolver::translate(std::string_view symbol, void* driver_fn, i
                                      uint64_t flags) {
   if (driver_fn == nullptr) return nullptr;
   auto end = by_real_.begin() + static_cast<std::ptrdiff_t>(real_count_);
-  auto it = std::lower_bound(by_real_.begin(), end, std::make_pair(static_cast<const void*>(driver_fn), uint16_t{0}));
+  auto it = std::lower_bound(by_real_.begin(), end,
+                             std::make_pair(static_cast<const void*>(driver_fn), uint16_t{0}));
   if (it != end && it->first == driver_fn) {
     by_pointer_.fetch_add(1, std::memory_order_relaxed);
     return wrapper_[it->second];
   }
   const bool per_thread = (flags & kProcAddressPerThreadStreamFlag) != 0;
-  auto id = cuda_version <= newest_known_version_ ? select_hook_for_version(symbol, cuda_version, per_thread)
-                                                   : std::nullopt;
+  auto id = cuda_version <= newest_known_version_
+                ? select_hook_for_version(symbol, cuda_version, per_thread)
+                : std::nullopt;
   if (id && has_real_[hook_index(*id)]) {
     by_name_.fetch_add(1, std::memory_order_relaxed);
     return wrapper_[hook_index(*id)];

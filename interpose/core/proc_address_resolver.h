@@ -23,8 +23,8 @@ inline constexpr uint64_t kProcAddressPerThreadStreamFlag = 1u << 1;
 class ProcAddressResolver {
  public:
   struct Stats {
-    uint64_t by_pointer = 0;  // driver's pointer was one of our hooked real functions
-    uint64_t by_name = 0;     // matched through the catalog (driver used another pointer)
+    uint64_t by_pointer = 0;      // driver's pointer was one of our hooked real functions
+    uint64_t by_name = 0;         // matched through the catalog (driver used another pointer)
     uint64_t passed_through = 0;  // not hooked: the driver's pointer is returned
   };
 
@@ -33,8 +33,8 @@ class ProcAddressResolver {
   // newest_known_version: the CUDA version of the headers the shim was built with. The
   // name fallback is used only for requests up to it: a newer request may be answered
   // with an ABI the catalog has never seen, which must not get a wrapper of an older one.
-  void build(const std::array<void*, kHookCount>& real, const std::array<void*, kHookCount>& wrapper,
-             int newest_known_version);
+  void build(const std::array<void*, kHookCount>& real,
+             const std::array<void*, kHookCount>& wrapper, int newest_known_version);
 
   void* translate(std::string_view symbol, void* driver_fn, int cuda_version, uint64_t flags);
 

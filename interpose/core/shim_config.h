@@ -14,12 +14,12 @@
 namespace fracgpu {
 
 struct ShimConfig {
-  bool disabled = false;            // FRACGPU_DISABLE=1: pure pass-through
+  bool disabled = false;                 // FRACGPU_DISABLE=1: pure pass-through
   LogLevel log_level = LogLevel::kWarn;  // FRACGPU_LOG_LEVEL
-  std::string real_driver;          // FRACGPU_REAL_DRIVER: path of the real libcuda.so.1
-  std::string hook_stats_path;      // FRACGPU_HOOK_STATS: write per-hook call counts at exit
+  std::string real_driver;               // FRACGPU_REAL_DRIVER: path of the real libcuda.so.1
+  std::string hook_stats_path;           // FRACGPU_HOOK_STATS: write per-hook call counts at exit
   std::string socket_path{paths::kDefaultTenantSocket};  // FRACGPU_SOCKET
-  bool socket_explicit = false;     // FRACGPU_SOCKET was set: the broker must answer
+  bool socket_explicit = false;       // FRACGPU_SOCKET was set: the broker must answer
   std::vector<std::string> problems;  // one message per rejected variable
 };
 

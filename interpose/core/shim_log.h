@@ -25,16 +25,16 @@ bool log_capped_allow(std::atomic<int>* counter, int cap);
 
 }  // namespace fracgpu
 
-#define FRACGPU_LOG(level, ...)                                                    \
-  do {                                                                             \
-    if (static_cast<int>(level) <= static_cast<int>(::fracgpu::log_level()))      \
-      ::fracgpu::log_message(level, __VA_ARGS__);                                  \
+#define FRACGPU_LOG(level, ...)                                              \
+  do {                                                                       \
+    if (static_cast<int>(level) <= static_cast<int>(::fracgpu::log_level())) \
+      ::fracgpu::log_message(level, __VA_ARGS__);                            \
   } while (0)
 
-#define FRACGPU_LOG_CAPPED(level, cap, ...)                                        \
-  do {                                                                             \
-    static std::atomic<int> fracgpu_log_site_count{0};                            \
-    if (static_cast<int>(level) <= static_cast<int>(::fracgpu::log_level()) &&    \
-        ::fracgpu::log_capped_allow(&fracgpu_log_site_count, cap))                 \
-      ::fracgpu::log_message(level, __VA_ARGS__);                                  \
+#define FRACGPU_LOG_CAPPED(level, cap, ...)                                    \
+  do {                                                                         \
+    static std::atomic<int> fracgpu_log_site_count{0};                         \
+    if (static_cast<int>(level) <= static_cast<int>(::fracgpu::log_level()) && \
+        ::fracgpu::log_capped_allow(&fracgpu_log_site_count, cap))             \
+      ::fracgpu::log_message(level, __VA_ARGS__);                              \
   } while (0)

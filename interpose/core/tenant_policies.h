@@ -26,8 +26,8 @@ namespace fracgpu {
 struct TenantPolicies {
   // `calls` and `fence_ops` must outlive the policies (the preload layer keeps them with
   // the session); `doorbell_path` is the tenant's doorbell socket.
-  TenantPolicies(TenantLink& tenant, const DriverCalls& calls, const FenceOps& fence_ops, CaptureTracker& tracker,
-                 const std::string& doorbell_path)
+  TenantPolicies(TenantLink& tenant, const DriverCalls& calls, const FenceOps& fence_ops,
+                 CaptureTracker& tracker, const std::string& doorbell_path)
       : captures(tracker),
         devices(calls, tenant.quota()),
         memory(tenant, calls, devices, tracker),
@@ -45,8 +45,10 @@ struct TenantPolicies {
   // cuGraphLaunch*: gated like a kernel launch; a graph's memory nodes are charged when
   // its launch makes the driver back them.
   template <bool kFenced, typename Call>
-  CUresult launch_graph(CUgraphExec exec, CUstream stream, bool per_thread_stream, Call&& call) noexcept {
-    return graphs.launch(exec, [&] { return compute.launch<kFenced>(stream, per_thread_stream, call); });
+  CUresult launch_graph(CUgraphExec exec, CUstream stream, bool per_thread_stream,
+                        Call&& call) noexcept {
+    return graphs.launch(exec,
+                         [&] { return compute.launch<kFenced>(stream, per_thread_stream, call); });
   }
 
   CaptureTracker& captures;

@@ -21,7 +21,9 @@ bool plain_file_name(const std::string& name) {
 
 }  // namespace
 
-TenantSession::~TenantSession() { unmap(); }
+TenantSession::~TenantSession() {
+  unmap();
+}
 
 bool TenantSession::attach(const std::string& socket_path, int timeout_ms, std::string* error) {
   socket_path_ = socket_path;
@@ -105,8 +107,8 @@ bool TenantSession::request_burst(uint32_t device, uint64_t bytes, std::string* 
   const std::string request = R"({"op":"burst","device":)" + std::to_string(device) +
                               R"(,"bytes":)" + std::to_string(bytes) + "}";
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (!connection_.connected() &&
-        !(connection_.connect(socket_path_, 200, error) && register_process(kBurstTimeoutMs, error))) {
+    if (!connection_.connected() && !(connection_.connect(socket_path_, 200, error) &&
+                                      register_process(kBurstTimeoutMs, error))) {
       return false;
     }
     auto reply = connection_.request(request, kBurstTimeoutMs, error);

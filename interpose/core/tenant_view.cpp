@@ -14,8 +14,10 @@ namespace fracgpu {
 TenantView* TenantView::open(const std::string& socket_path) {
   const std::string dir = directory_of(socket_path);
   std::size_t quota_size = 0, ledger_size = 0;
-  const auto* quota = static_cast<const TenantQuota*>(map_segment_file(dir + "/" + protocol::kQuotaFileName, false, &quota_size));
-  const auto* ledger = static_cast<const TenantLedger*>(map_segment_file(dir + "/" + protocol::kLedgerFileName, false, &ledger_size));
+  const auto* quota = static_cast<const TenantQuota*>(
+      map_segment_file(dir + "/" + protocol::kQuotaFileName, false, &quota_size));
+  const auto* ledger = static_cast<const TenantLedger*>(
+      map_segment_file(dir + "/" + protocol::kLedgerFileName, false, &ledger_size));
   if (quota == nullptr || ledger == nullptr || !quota_layout_ok(*quota, quota_size) ||
       !ledger_layout_ok(*ledger, ledger_size)) {
     if (quota != nullptr) ::munmap(const_cast<TenantQuota*>(quota), quota_size);
@@ -32,8 +34,8 @@ std::optional<DeviceMemoryView> TenantView::device(const char* uuid) const {
   return device_memory_view(*quota_, *ledger_, uuid);
 }
 
-std::optional<DeviceMemoryView> device_memory_view(const TenantQuota& quota, const TenantLedger& ledger,
-                                                   const char* uuid) {
+std::optional<DeviceMemoryView> device_memory_view(const TenantQuota& quota,
+                                                   const TenantLedger& ledger, const char* uuid) {
   if (uuid == nullptr) return std::nullopt;
   for (uint32_t i = 0; i < quota.device_count && i < kMaxDevices; ++i) {
     const DeviceQuota& d = quota.devices[i];

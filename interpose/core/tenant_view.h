@@ -31,7 +31,7 @@ class TenantView {
 };
 
 // The same lookup over already mapped segments (used by registered processes too).
-std::optional<DeviceMemoryView> device_memory_view(const TenantQuota& quota, const TenantLedger& ledger,
-                                                   const char* uuid);
+std::optional<DeviceMemoryView> device_memory_view(const TenantQuota& quota,
+                                                   const TenantLedger& ledger, const char* uuid);
 
 }  // namespace fracgpu

@@ -3,9 +3,10 @@
 
 namespace fracgpu {
 
-CUresult VmmMemory::create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                           DriverCall call) {
-  if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return call();  // host memory
+CUresult VmmMemory::create(CUmemGenericAllocationHandle* handle, size_t size,
+                           const CUmemAllocationProp* prop, DriverCall call) {
+  if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return call();  // host memory
   const TenantDevice device = memory_.devices().device(prop->location.id);
   if (CUresult rc = memory_.reserve(device, size, "cuMemCreate"); rc != CUDA_SUCCESS) return rc;
   const CUresult rc = call();
@@ -19,7 +20,8 @@ CUresult VmmMemory::create(CUmemGenericAllocationHandle* handle, size_t size, co
 
 void VmmMemory::settle(uint64_t handle) {
   state_.erase(handle);
-  if (auto charge = handles_.erase(handle)) memory_.release(static_cast<int>(charge->device), charge->bytes);
+  if (auto charge = handles_.erase(handle))
+    memory_.release(static_cast<int>(charge->device), charge->bytes);
 }
 
 CUresult VmmMemory::map(CUdeviceptr ptr, CUmemGenericAllocationHandle handle, DriverCall call) {

@@ -25,8 +25,8 @@ class VmmMemory {
  public:
   explicit VmmMemory(MemoryPolicy& memory) : memory_(memory) {}
 
-  CUresult create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
-                  DriverCall call);
+  CUresult create(CUmemGenericAllocationHandle* handle, size_t size,
+                  const CUmemAllocationProp* prop, DriverCall call);
   CUresult map(CUdeviceptr ptr, CUmemGenericAllocationHandle handle, DriverCall call);
   CUresult unmap(CUdeviceptr ptr, size_t size, DriverCall call);
   CUresult release(CUmemGenericAllocationHandle handle, DriverCall call);

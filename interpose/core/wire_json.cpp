@@ -48,7 +48,8 @@ class Scanner {
       if (!string()) return std::nullopt;
       return text_.substr(start, pos_ - start);
     }
-    if (c == '{' || c == '[') return skip_nested() ? std::optional<std::string_view>("") : std::nullopt;
+    if (c == '{' || c == '[')
+      return skip_nested() ? std::optional<std::string_view>("") : std::nullopt;
     std::size_t start = pos_;
     while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != '}' &&
            !std::isspace(static_cast<unsigned char>(text_[pos_]))) {

@@ -13,5 +13,7 @@
 // Two levels so that the kind column is expanded into "name, locator" before the paste.
 #define FRACGPU_HOOK_KIND(prefix, symbol, pfn, kind) \
   FRACGPU_HOOK_KIND_EXPANDED(prefix, symbol, pfn, FRACGPU_HOOK_KIND_OF_##kind)
-#define FRACGPU_HOOK_KIND_EXPANDED(prefix, symbol, pfn, kind) FRACGPU_HOOK_KIND_PASTE(prefix, symbol, pfn, kind)
-#define FRACGPU_HOOK_KIND_PASTE(prefix, symbol, pfn, name, locator) prefix##_##name(symbol, pfn, locator)
+#define FRACGPU_HOOK_KIND_EXPANDED(prefix, symbol, pfn, kind) \
+  FRACGPU_HOOK_KIND_PASTE(prefix, symbol, pfn, kind)
+#define FRACGPU_HOOK_KIND_PASTE(prefix, symbol, pfn, name, locator) \
+  prefix##_##name(symbol, pfn, locator)

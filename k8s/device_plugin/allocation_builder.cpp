@@ -12,8 +12,8 @@
 
 namespace fracgpu::k8s {
 
-Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory,
-                                       const ResourceClass& cls) {
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids,
+                                       const SliceInventory& inventory, const ResourceClass& cls) {
   using R = Result<AllocationPlan>;
   if (device_ids.empty()) return R::failure("the request names no fracgpu slices");
   std::string uuid;
@@ -21,34 +21,41 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
   std::set<int> indices;
   for (const auto& id : device_ids) {
     auto slice = parse_slice_id(id);
-    if (!slice) return R::failure("\"" + id + "\" is not a fracgpu slice ID (expected <gpu-uuid>::<k>)");
+    if (!slice)
+      return R::failure("\"" + id + "\" is not a fracgpu slice ID (expected <gpu-uuid>::<k>)");
     if (uuid.empty()) {
       uuid = slice->gpu_uuid;
       first_id = id;
     } else if (slice->gpu_uuid != uuid) {
-      return R::failure("slices " + first_id + " and " + id +
-                        " are on different GPUs; fracgpu gives a container slices of one GPU only, so request at "
-                        "most " +
-                        std::to_string(cls.count) + " " + cls.resource_name +
-                        " per container (or split the work into several containers)");
+      return R::failure(
+          "slices " + first_id + " and " + id +
+          " are on different GPUs; fracgpu gives a container slices of one GPU only, so request at "
+          "most " +
+          std::to_string(cls.count) + " " + cls.resource_name +
+          " per container (or split the work into several containers)");
     }
     if (!cls.owns(slice->index)) {
-      return R::failure("slice " + id + " is not a " + cls.resource_name + " slice: on this node that resource is " +
-                        std::to_string(cls.count) + " slices of each GPU, numbered " +
-                        std::to_string(cls.first_index) + " to " + std::to_string(cls.first_index + cls.count - 1));
+      return R::failure("slice " + id + " is not a " + cls.resource_name +
+                        " slice: on this node that resource is " + std::to_string(cls.count) +
+                        " slices of each GPU, numbered " + std::to_string(cls.first_index) +
+                        " to " + std::to_string(cls.first_index + cls.count - 1));
     }
     indices.insert(slice->index);
   }
   auto gpu = inventory.gpu(uuid);
-  if (!gpu) return R::failure("GPU " + uuid + " is not one of this node's GPUs known to the fracgpu broker");
-  if (!gpu->healthy) return R::failure("GPU " + uuid + " is unhealthy: the fracgpu broker no longer lists it");
+  if (!gpu)
+    return R::failure("GPU " + uuid +
+                      " is not one of this node's GPUs known to the fracgpu broker");
+  if (!gpu->healthy)
+    return R::failure("GPU " + uuid + " is unhealthy: the fracgpu broker no longer lists it");
 
   AllocationPlan plan;
   plan.gpu = gpu->info;
   plan.slices.assign(indices.begin(), indices.end());
   plan.slices_per_gpu = cls.slices_per_gpu;
   plan.tenant = tenant_name_for(uuid, plan.slices, cls.tenant_prefix);
-  const SliceQuota quota = quota_for(cls, plan.gpu.memory_capacity, static_cast<int>(plan.slices.size()));
+  const SliceQuota quota =
+      quota_for(cls, plan.gpu.memory_capacity, static_cast<int>(plan.slices.size()));
   plan.memory_limit = quota.memory_limit;
   plan.memory_request = quota.memory_request;
   plan.compute = quota.compute;
@@ -59,12 +66,11 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
 
 nlohmann::json tenant_definition(const AllocationPlan& plan) {
   return {{"name", plan.tenant},
-          {"devices",
-           nlohmann::json::array({{{"gpu", plan.gpu.index},
-                                   {"memory_limit", plan.memory_limit},
-                                   {"memory_request", plan.memory_request},
-                                   {"compute", plan.compute},
-                                   {"priority", plan.priority}}})}};
+          {"devices", nlohmann::json::array({{{"gpu", plan.gpu.index},
+                                              {"memory_limit", plan.memory_limit},
+                                              {"memory_request", plan.memory_request},
+                                              {"compute", plan.compute},
+                                              {"priority", plan.priority}}})}};
 }
 
 namespace {
@@ -82,10 +88,12 @@ std::vector<std::string> stale_holders(const nlohmann::json& tenants, const Allo
     const std::string name = t["name"].get<std::string>();
     auto held = parse_tenant_name(name);
     if (name == plan.tenant || !held || held->gpu_tag != tag || (held->mask & mask) == 0) continue;
-    const bool has_processes = t.contains("processes") && t["processes"].is_array() && !t["processes"].empty();
+    const bool has_processes =
+        t.contains("processes") && t["processes"].is_array() && !t["processes"].empty();
     if (has_processes) {
-      spdlog::warn("tenant {} holds slices now given to {} but still has running processes: left alone", name,
-                   plan.tenant);
+      spdlog::warn(
+          "tenant {} holds slices now given to {} but still has running processes: left alone",
+          name, plan.tenant);
       continue;
     }
     stale.push_back(name);
@@ -101,7 +109,8 @@ Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
   const nlohmann::json& tenants = (*listed)["tenants"];
   bool exists = false;
   if (tenants.is_array()) {
-    for (const auto& t : tenants) exists = exists || (t.is_object() && t.value("name", "") == plan.tenant);
+    for (const auto& t : tenants)
+      exists = exists || (t.is_object() && t.value("name", "") == plan.tenant);
   }
   const nlohmann::json tenant = tenant_definition(plan);
   if (!exists) {
@@ -112,7 +121,8 @@ Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
     // container hold overlapping slices keeps both tenants while they fit.
     const auto stale = stale_holders(tenants, plan);
     for (const auto& name : stale) {
-      spdlog::info("deleting tenant {}: it holds slices now given to {} (its container has gone)", name, plan.tenant);
+      spdlog::info("deleting tenant {}: it holds slices now given to {} (its container has gone)",
+                   name, plan.tenant);
       auto deleted = broker.call({{"op", "delete"}, {"name", name}});
       if (!deleted) spdlog::warn("could not delete the stale tenant {}: {}", name, deleted.error());
     }
@@ -123,12 +133,14 @@ Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
     // Another Allocate may have created it meanwhile; otherwise the refusal stands.
     auto names = broker.tenant_names();
     if (!names || std::find(names->begin(), names->end(), plan.tenant) == names->end()) {
-      return Status::failure("the fracgpu broker refused tenant " + plan.tenant + ": " + created.error());
+      return Status::failure("the fracgpu broker refused tenant " + plan.tenant + ": " +
+                             created.error());
     }
   }
   auto updated = broker.call({{"op", "update"}, {"tenant", tenant}});
   if (!updated) {
-    return Status::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " + updated.error());
+    return Status::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " +
+                           updated.error());
   }
   return {};
 }
@@ -144,7 +156,8 @@ void fill_container_response(const AllocationPlan& plan, const PluginConfig& con
   add_mount(config.shim_host_path, kContainerShimPath, true);
   add_mount(config.preload_host_path, kContainerPreloadPath, true);
   // Read-write: the tenant's processes map the ledger read-write and connect to the socket.
-  add_mount(client::tenant_dir(config.broker_run_dir, plan.tenant).string(), kContainerRunDir, false);
+  add_mount(client::tenant_dir(config.broker_run_dir, plan.tenant).string(), kContainerRunDir,
+            false);
 
   auto& envs = *response.mutable_envs();
   envs["NVIDIA_VISIBLE_DEVICES"] = plan.gpu.uuid;
@@ -153,7 +166,8 @@ void fill_container_response(const AllocationPlan& plan, const PluginConfig& con
   auto& annotations = *response.mutable_annotations();
   annotations["fracgpu.io/tenant"] = plan.tenant;
   annotations["fracgpu.io/gpu"] = plan.gpu.uuid;
-  annotations["fracgpu.io/slices"] = std::to_string(plan.slices.size()) + "/" + std::to_string(plan.slices_per_gpu);
+  annotations["fracgpu.io/slices"] =
+      std::to_string(plan.slices.size()) + "/" + std::to_string(plan.slices_per_gpu);
   annotations["fracgpu.io/slice-class"] = plan.class_label;
 }
 

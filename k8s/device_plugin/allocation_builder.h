@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "deviceplugin/api.pb.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
+#include "deviceplugin/api.pb.h"
 
 namespace fracgpu::k8s {
 
@@ -30,17 +30,18 @@ struct AllocationPlan {
 
 // Checks the IDs (known, of this class, healthy, one GPU) and computes the tenant and its
 // quota (quota_for). Errors are one sentence meant for `kubectl describe pod`.
-Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids, const SliceInventory& inventory,
-                                       const ResourceClass& cls);
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids,
+                                       const SliceInventory& inventory, const ResourceClass& cls);
 
 // The tenant's definition in the broker's admin protocol.
 nlohmann::json tenant_definition(const AllocationPlan& plan);
 
 // Creates the tenant, or updates it when it already exists (a restarted container).
 // When the broker refuses a new tenant, the plugin's tenants (of any class: a changed
-// high-slices moves indices between classes) that still hold any of these slices and have no running process are deleted and the creation is tried once
-// more: the kubelet hands a slice to one container at a time, so such a tenant belongs
-// to a container that has gone, and its guaranteed memory would block the new one.
+// high-slices moves indices between classes) that still hold any of these slices and have no
+// running process are deleted and the creation is tried once more: the kubelet hands a slice to one
+// container at a time, so such a tenant belongs to a container that has gone, and its guaranteed
+// memory would block the new one.
 Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);
 
 // Fills the kubelet's response: mounts, environment and annotations.

@@ -20,8 +20,8 @@ Result<nlohmann::json> BrokerAdmin::call(const nlohmann::json& request) const {
       if (reply) {
         if ((*reply)["ok"].get<bool>()) return reply;
         const auto& error = (*reply)["error"];
-        return Result<nlohmann::json>::failure(error.is_string() ? error.get<std::string>()
-                                                                 : "the broker refused the request");
+        return Result<nlohmann::json>::failure(
+            error.is_string() ? error.get<std::string>() : "the broker refused the request");
       }
       last_error = reply.error();
     } else {
@@ -33,7 +33,8 @@ Result<nlohmann::json> BrokerAdmin::call(const nlohmann::json& request) const {
       delay = std::min(delay * 2, retry_.max_delay);
     }
   }
-  return Result<nlohmann::json>::failure("the fracgpu broker at " + run_dir_ + " cannot be reached: " + last_error);
+  return Result<nlohmann::json>::failure("the fracgpu broker at " + run_dir_ +
+                                         " cannot be reached: " + last_error);
 }
 
 Result<std::vector<BrokerGpu>> BrokerAdmin::gpus() const {
@@ -41,10 +42,12 @@ Result<std::vector<BrokerGpu>> BrokerAdmin::gpus() const {
   if (!reply) return Result<std::vector<BrokerGpu>>::failure(reply.error());
   std::vector<BrokerGpu> out;
   const auto& list = (*reply)["gpus"];
-  if (!list.is_array()) return Result<std::vector<BrokerGpu>>::failure("the broker's gpus reply has no list");
+  if (!list.is_array())
+    return Result<std::vector<BrokerGpu>>::failure("the broker's gpus reply has no list");
   for (const auto& g : list) {
     if (!g.is_object() || !g.contains("uuid") || !g["uuid"].is_string() || !g.contains("index") ||
-        !g["index"].is_number_integer() || !g.contains("memory_total") || !g["memory_total"].is_number_unsigned()) {
+        !g["index"].is_number_integer() || !g.contains("memory_total") ||
+        !g["memory_total"].is_number_unsigned()) {
       spdlog::warn("ignoring a malformed GPU entry from the broker: {}", g.dump());
       continue;
     }
@@ -68,7 +71,8 @@ Result<std::vector<std::string>> BrokerAdmin::tenant_names() const {
   const auto& tenants = (*reply)["tenants"];
   if (!tenants.is_array()) return names;
   for (const auto& t : tenants) {
-    if (t.is_object() && t.contains("name") && t["name"].is_string()) names.push_back(t["name"].get<std::string>());
+    if (t.is_object() && t.contains("name") && t["name"].is_string())
+      names.push_back(t["name"].get<std::string>());
   }
   return names;
 }

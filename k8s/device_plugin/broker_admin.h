@@ -7,10 +7,9 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
@@ -36,7 +35,8 @@ struct RetryPolicy {
 
 class BrokerAdmin {
  public:
-  explicit BrokerAdmin(std::string run_dir, RetryPolicy retry = {}) : run_dir_(std::move(run_dir)), retry_(retry) {}
+  explicit BrokerAdmin(std::string run_dir, RetryPolicy retry = {})
+      : run_dir_(std::move(run_dir)), retry_(retry) {}
 
   // The reply when "ok" is true; the broker's sentence when it refused; a transport
   // error (after the retries) when it could not be reached.

@@ -11,7 +11,8 @@ namespace {
 
 constexpr auto kStreamWakeup = std::chrono::milliseconds(250);
 
-v1beta1::ListAndWatchResponse device_list(const SliceInventory& inventory, const ResourceClass& cls) {
+v1beta1::ListAndWatchResponse device_list(const SliceInventory& inventory,
+                                          const ResourceClass& cls) {
   v1beta1::ListAndWatchResponse list;
   for (const auto& slice : inventory.slices(cls)) {
     auto* device = list.add_devices();
@@ -36,14 +37,16 @@ v1beta1::DevicePluginOptions DevicePluginService::options() {
   return options;
 }
 
-grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*,
+                                                         const v1beta1::Empty*,
                                                          v1beta1::DevicePluginOptions* response) {
   *response = options();
   return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
-                                               grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+grpc::Status DevicePluginService::ListAndWatch(
+    grpc::ServerContext* context, const v1beta1::Empty*,
+    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
   uint64_t sent_generation = inventory_.generation();
   auto list = device_list(inventory_, class_);
   spdlog::info("ListAndWatch {}: the kubelet is watching; sending {} slices", class_.resource_name,
@@ -61,9 +64,9 @@ grpc::Status DevicePluginService::ListAndWatch(grpc::ServerContext* context, con
   return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
-                                                         const v1beta1::PreferredAllocationRequest* request,
-                                                         v1beta1::PreferredAllocationResponse* response) {
+grpc::Status DevicePluginService::GetPreferredAllocation(
+    grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
+    v1beta1::PreferredAllocationResponse* response) {
   for (const auto& container : request->container_requests()) {
     const std::vector<std::string> available(container.available_deviceids().begin(),
                                              container.available_deviceids().end());
@@ -78,14 +81,16 @@ grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
+                                           const v1beta1::AllocateRequest* request,
                                            v1beta1::AllocateResponse* response) {
   for (const auto& container : request->container_requests()) {
-    const std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
+    const std::vector<std::string> ids(container.devices_ids().begin(),
+                                       container.devices_ids().end());
     auto plan = plan_allocation(ids, inventory_, class_);
     if (!plan) {
-      spdlog::warn("Allocate {} refused [{}]: {}", class_.resource_name, joined(container.devices_ids()),
-                   plan.error());
+      spdlog::warn("Allocate {} refused [{}]: {}", class_.resource_name,
+                   joined(container.devices_ids()), plan.error());
       return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
     }
     if (auto ensured = ensure_tenant(broker_, *plan); !ensured) {
@@ -95,15 +100,19 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
               "fracgpu: " + ensured.error()};
     }
     fill_container_response(*plan, config_, *response->add_container_responses());
-    spdlog::info("Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, compute {}, "
-                 "priority {})",
-                 class_.resource_name, plan->tenant, plan->gpu.uuid, plan->slices.size(), plan->slices_per_gpu,
-                 plan->memory_limit, plan->memory_request, plan->compute, plan->priority);
+    spdlog::info(
+        "Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, "
+        "compute {}, "
+        "priority {})",
+        class_.resource_name, plan->tenant, plan->gpu.uuid, plan->slices.size(),
+        plan->slices_per_gpu, plan->memory_limit, plan->memory_request, plan->compute,
+        plan->priority);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
+grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
+                                                    const v1beta1::PreStartContainerRequest*,
                                                     v1beta1::PreStartContainerResponse*) {
   return grpc::Status::OK;  // nothing to prepare: the tenant was set up in Allocate
 }

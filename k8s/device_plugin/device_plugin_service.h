@@ -8,11 +8,11 @@
 
 #include <atomic>
 
-#include "deviceplugin/api.grpc.pb.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
+#include "deviceplugin/api.grpc.pb.h"
 
 namespace fracgpu::k8s {
 
@@ -26,11 +26,13 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
                                       v1beta1::DevicePluginOptions* response) override;
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty* request,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override;
-  grpc::Status GetPreferredAllocation(grpc::ServerContext* context, const v1beta1::PreferredAllocationRequest* request,
+  grpc::Status GetPreferredAllocation(grpc::ServerContext* context,
+                                      const v1beta1::PreferredAllocationRequest* request,
                                       v1beta1::PreferredAllocationResponse* response) override;
   grpc::Status Allocate(grpc::ServerContext* context, const v1beta1::AllocateRequest* request,
                         v1beta1::AllocateResponse* response) override;
-  grpc::Status PreStartContainer(grpc::ServerContext* context, const v1beta1::PreStartContainerRequest* request,
+  grpc::Status PreStartContainer(grpc::ServerContext* context,
+                                 const v1beta1::PreStartContainerRequest* request,
                                  v1beta1::PreStartContainerResponse* response) override;
 
   // Ends every ListAndWatch stream (before the server shuts down).

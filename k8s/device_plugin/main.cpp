@@ -19,7 +19,9 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-extern "C" void request_stop(int) { g_stop = true; }
+extern "C" void request_stop(int) {
+  g_stop = true;
+}
 
 }  // namespace
 
@@ -33,22 +35,33 @@ int main(int argc, char** argv) {
   int besteffort_flag = config.besteffort_slices;
   long health_ms = config.health_interval.count();
 
-  CLI::App app{"fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice, -high, -besteffort) for the kubelet"};
-  app.add_option("--plugin-dir", config.plugin_dir, "the kubelet's device-plugin directory")->capture_default_str();
-  app.add_option("--broker-run-dir", config.broker_run_dir, "the node broker's run directory (host path)")
+  CLI::App app{
+      "fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice, -high, -besteffort) for the "
+      "kubelet"};
+  app.add_option("--plugin-dir", config.plugin_dir, "the kubelet's device-plugin directory")
       ->capture_default_str();
-  auto* slices_option = app.add_option("--slices", slices_flag, "slices per GPU (overrides --config; default 8)");
-  auto* high_option = app.add_option("--high-slices", high_flag,
-                                     "of each GPU's slices, how many are fracgpu.io/gpu-slice-high (overrides --config; "
-                                     "default 0)");
-  auto* besteffort_option = app.add_option("--besteffort-slices", besteffort_flag,
-                                           "extra unguaranteed fracgpu.io/gpu-slice-besteffort slices per GPU "
-                                           "(overrides --config; default 0)");
+  app.add_option("--broker-run-dir", config.broker_run_dir,
+                 "the node broker's run directory (host path)")
+      ->capture_default_str();
+  auto* slices_option =
+      app.add_option("--slices", slices_flag, "slices per GPU (overrides --config; default 8)");
+  auto* high_option = app.add_option(
+      "--high-slices", high_flag,
+      "of each GPU's slices, how many are fracgpu.io/gpu-slice-high (overrides --config; "
+      "default 0)");
+  auto* besteffort_option =
+      app.add_option("--besteffort-slices", besteffort_flag,
+                     "extra unguaranteed fracgpu.io/gpu-slice-besteffort slices per GPU "
+                     "(overrides --config; default 0)");
   app.add_option("--config", config_file,
-                 "config file: JSON or key=value (slices, high-slices, besteffort-slices, each also <key>.<node>)");
-  app.add_option("--node-name", node_name, "this node's name, for per-node config entries (env NODE_NAME)");
-  app.add_option("--shim-host-path", config.shim_host_path, "libfracgpu.so on the host")->capture_default_str();
-  app.add_option("--preload-host-path", config.preload_host_path, "the ld.so.preload file on the host naming the shim")
+                 "config file: JSON or key=value (slices, high-slices, besteffort-slices, each "
+                 "also <key>.<node>)");
+  app.add_option("--node-name", node_name,
+                 "this node's name, for per-node config entries (env NODE_NAME)");
+  app.add_option("--shim-host-path", config.shim_host_path, "libfracgpu.so on the host")
+      ->capture_default_str();
+  app.add_option("--preload-host-path", config.preload_host_path,
+                 "the ld.so.preload file on the host naming the shim")
       ->capture_default_str();
   app.add_option("--endpoint", config.endpoint_name, "our socket's name in the plugin directory")
       ->capture_default_str();
@@ -64,7 +77,8 @@ int main(int argc, char** argv) {
   }
 
   // Logs go to stderr (the container log), in the broker's format.
-  if (auto logging = fracgpu::broker::setup_logging(config.log_level, "fracgpu-device-plugin"); !logging) {
+  if (auto logging = fracgpu::broker::setup_logging(config.log_level, "fracgpu-device-plugin");
+      !logging) {
     std::fprintf(stderr, "fracgpu-device-plugin: %s\n", logging.error().c_str());
     return 2;
   }
@@ -94,9 +108,12 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  spdlog::info("fracgpu-device-plugin: {} slices per GPU ({} of them high) and {} best-effort slices, plugin dir {}, "
-               "broker {}",
-               config.slices, config.high_slices, config.besteffort_slices, config.plugin_dir, config.broker_run_dir);
+  spdlog::info(
+      "fracgpu-device-plugin: {} slices per GPU ({} of them high) and {} best-effort slices, "
+      "plugin dir {}, "
+      "broker {}",
+      config.slices, config.high_slices, config.besteffort_slices, config.plugin_dir,
+      config.broker_run_dir);
   PluginRunner runner(config);
   return runner.run(g_stop);
 }

@@ -61,12 +61,14 @@ struct FoundValues {
   }
 };
 
-Status ints_from_json(const nlohmann::json& doc, const std::string& where, std::optional<int> (&out)[std::size(kIntSettings)]) {
+Status ints_from_json(const nlohmann::json& doc, const std::string& where,
+                      std::optional<int> (&out)[std::size(kIntSettings)]) {
   for (std::size_t i = 0; i < std::size(kIntSettings); ++i) {
     const char* key = kIntSettings[i].key;
     if (!doc.contains(key)) continue;
     const auto& value = doc[key];
-    if (!value.is_number_integer()) return Status::failure(where + ": \"" + key + "\" must be a whole number");
+    if (!value.is_number_integer())
+      return Status::failure(where + ": \"" + key + "\" must be a whole number");
     out[i] = value.get<int>();
   }
   return {};
@@ -78,20 +80,23 @@ Status load_json(const std::string& path, const std::string& text, const std::st
   if (!doc.is_object()) return Status::failure(path + " is not a JSON object");
   FoundValues found;
   if (auto s = ints_from_json(doc, path, found.plain); !s) return s;
-  if (doc.contains("nodes") && doc["nodes"].is_object() && !node_name.empty() && doc["nodes"].contains(node_name)) {
+  if (doc.contains("nodes") && doc["nodes"].is_object() && !node_name.empty() &&
+      doc["nodes"].contains(node_name)) {
     const auto& node = doc["nodes"][node_name];
-    if (!node.is_object()) return Status::failure(path + ": nodes." + node_name + " must be an object");
+    if (!node.is_object())
+      return Status::failure(path + ": nodes." + node_name + " must be an object");
     if (auto s = ints_from_json(node, path + " nodes." + node_name, found.for_node); !s) return s;
   }
   for (const auto& [key, value] : doc.items()) {
-    if (key != "nodes" && !find_setting(key)) spdlog::warn("{}: ignoring unknown setting \"{}\"", path, key);
+    if (key != "nodes" && !find_setting(key))
+      spdlog::warn("{}: ignoring unknown setting \"{}\"", path, key);
   }
   found.apply(config);
   return {};
 }
 
-Status load_key_values(const std::string& path, const std::string& text, const std::string& node_name,
-                       PluginConfig& config) {
+Status load_key_values(const std::string& path, const std::string& text,
+                       const std::string& node_name, PluginConfig& config) {
   FoundValues found;
   std::istringstream lines(text);
   std::string line;
@@ -103,7 +108,8 @@ Status load_key_values(const std::string& path, const std::string& text, const s
     if (line.empty()) continue;
     const auto eq = line.find('=');
     const std::string where = path + ":" + std::to_string(number);
-    if (eq == std::string::npos) return Status::failure(where + ": expected key=value, got \"" + line + "\"");
+    if (eq == std::string::npos)
+      return Status::failure(where + ": expected key=value, got \"" + line + "\"");
     const std::string key = trim(line.substr(0, eq));
     const std::string value = trim(line.substr(eq + 1));
     // "<setting>.<node>": node names may contain dots, setting names do not.
@@ -116,7 +122,8 @@ Status load_key_values(const std::string& path, const std::string& text, const s
     const bool is_node_key = dot != std::string::npos;
     if (is_node_key && key.substr(dot + 1) != node_name) continue;
     auto parsed = parse_int(value);
-    if (!parsed) return Status::failure(where + ": " + key + " must be a whole number, got \"" + value + "\"");
+    if (!parsed)
+      return Status::failure(where + ": " + key + " must be a whole number, got \"" + value + "\"");
     const auto i = static_cast<std::size_t>(setting - kIntSettings);
     (is_node_key ? found.for_node : found.plain)[i] = *parsed;
   }
@@ -126,44 +133,53 @@ Status load_key_values(const std::string& path, const std::string& text, const s
 
 }  // namespace
 
-Status load_config_file(const std::string& path, const std::string& node_name, PluginConfig& config) {
+Status load_config_file(const std::string& path, const std::string& node_name,
+                        PluginConfig& config) {
   std::ifstream in(path);
   if (!in) return Status::failure("cannot read the config file " + path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') return load_json(path, text, node_name, config);
+  if (first != std::string::npos && text[first] == '{')
+    return load_json(path, text, node_name, config);
   return load_key_values(path, text, node_name, config);
 }
 
 Status validate(const PluginConfig& config) {
   if (config.slices < 1 || config.slices > kMaxSlicesPerGpu) {
-    return Status::failure("slices per GPU must be between 1 and " + std::to_string(kMaxSlicesPerGpu) + ", got " +
+    return Status::failure("slices per GPU must be between 1 and " +
+                           std::to_string(kMaxSlicesPerGpu) + ", got " +
                            std::to_string(config.slices));
   }
   if (config.high_slices < 0 || config.high_slices > config.slices) {
-    return Status::failure("high-slices must be between 0 and slices (" + std::to_string(config.slices) +
-                           "): high slices are carved out of each GPU's " + std::to_string(config.slices) +
-                           " slices, got " + std::to_string(config.high_slices));
+    return Status::failure(
+        "high-slices must be between 0 and slices (" + std::to_string(config.slices) +
+        "): high slices are carved out of each GPU's " + std::to_string(config.slices) +
+        " slices, got " + std::to_string(config.high_slices));
   }
   const int besteffort_max = kMaxSlicesPerGpu - config.slices;
   if (config.besteffort_slices < 0 || config.besteffort_slices > besteffort_max) {
-    return Status::failure("besteffort-slices must be between 0 and " + std::to_string(besteffort_max) +
-                           " (slices + besteffort-slices at most " + std::to_string(kMaxSlicesPerGpu) + "), got " +
-                           std::to_string(config.besteffort_slices));
+    return Status::failure(
+        "besteffort-slices must be between 0 and " + std::to_string(besteffort_max) +
+        " (slices + besteffort-slices at most " + std::to_string(kMaxSlicesPerGpu) + "), got " +
+        std::to_string(config.besteffort_slices));
   }
   if (config.plugin_dir.empty() || config.plugin_dir.front() != '/') {
-    return Status::failure("--plugin-dir must be an absolute path, got \"" + config.plugin_dir + "\"");
+    return Status::failure("--plugin-dir must be an absolute path, got \"" + config.plugin_dir +
+                           "\"");
   }
   if (config.broker_run_dir.empty() || config.broker_run_dir.front() != '/') {
-    return Status::failure("--broker-run-dir must be an absolute path, got \"" + config.broker_run_dir + "\"");
+    return Status::failure("--broker-run-dir must be an absolute path, got \"" +
+                           config.broker_run_dir + "\"");
   }
   if (config.shim_host_path.empty() || config.shim_host_path.front() != '/') {
-    return Status::failure("--shim-host-path must be an absolute path, got \"" + config.shim_host_path + "\"");
+    return Status::failure("--shim-host-path must be an absolute path, got \"" +
+                           config.shim_host_path + "\"");
   }
   if (config.preload_host_path.empty() || config.preload_host_path.front() != '/') {
-    return Status::failure("--preload-host-path must be an absolute path, got \"" + config.preload_host_path + "\"");
+    return Status::failure("--preload-host-path must be an absolute path, got \"" +
+                           config.preload_host_path + "\"");
   }
   if (config.endpoint_name.empty() || config.endpoint_name.find('/') != std::string::npos ||
       config.endpoint_name == kKubeletSocketName) {

@@ -50,7 +50,8 @@ struct PluginConfig {
 // comment). The keys are slices, high-slices and besteffort-slices; for each key the
 // entry for `node_name`, when there is one, wins over the plain one. Unknown keys are
 // reported as warnings, never fatal, so a newer ConfigMap does not break an older plugin.
-Status load_config_file(const std::string& path, const std::string& node_name, PluginConfig& config);
+Status load_config_file(const std::string& path, const std::string& node_name,
+                        PluginConfig& config);
 
 // One sentence naming the first invalid setting, or success.
 Status validate(const PluginConfig& config);

@@ -25,7 +25,8 @@ void sleep_unless_stopped(std::chrono::milliseconds total, const std::atomic<boo
   const auto until = std::chrono::steady_clock::now() + total;
   while (!stop && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-        kStopCheck, std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()) +
+        kStopCheck, std::chrono::duration_cast<std::chrono::milliseconds>(
+                        until - std::chrono::steady_clock::now()) +
                         std::chrono::milliseconds(1)));
   }
 }
@@ -50,7 +51,9 @@ PluginRunner::~PluginRunner() {
 std::string PluginRunner::endpoint_path(const Endpoint& endpoint) const {
   return config_.plugin_dir + "/" + endpoint.cls.endpoint_name;
 }
-std::string PluginRunner::kubelet_socket_path() const { return config_.plugin_dir + "/" + kKubeletSocketName; }
+std::string PluginRunner::kubelet_socket_path() const {
+  return config_.plugin_dir + "/" + kKubeletSocketName;
+}
 
 bool PluginRunner::identify(const std::string& path, FileIdentity& out) {
   struct stat st {};
@@ -65,7 +68,8 @@ bool PluginRunner::start_server(Endpoint& endpoint) {
     spdlog::error("cannot remove the old socket {}: {}", path, std::strerror(errno));
     return false;
   }
-  endpoint.service = std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_, broker_);
+  endpoint.service =
+      std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_, broker_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
   builder.RegisterService(endpoint.service.get());
@@ -95,7 +99,8 @@ void PluginRunner::stop_server(Endpoint& endpoint) {
 }
 
 bool PluginRunner::register_with_kubelet(const Endpoint& endpoint) {
-  auto channel = grpc::CreateChannel("unix://" + kubelet_socket_path(), grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix://" + kubelet_socket_path(), grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   v1beta1::RegisterRequest request;
   request.set_version(kApiVersion);
@@ -107,8 +112,8 @@ bool PluginRunner::register_with_kubelet(const Endpoint& endpoint) {
   v1beta1::Empty reply;
   const grpc::Status status = stub->Register(&context, request, &reply);
   if (!status.ok()) {
-    spdlog::warn("registration of {} with the kubelet at {} failed: {} (will retry)", endpoint.cls.resource_name,
-                 kubelet_socket_path(), status.error_message());
+    spdlog::warn("registration of {} with the kubelet at {} failed: {} (will retry)",
+                 endpoint.cls.resource_name, kubelet_socket_path(), status.error_message());
     return false;
   }
   spdlog::info("registered {} with the kubelet (endpoint {}, API {})", endpoint.cls.resource_name,
@@ -116,11 +121,13 @@ bool PluginRunner::register_with_kubelet(const Endpoint& endpoint) {
   return true;
 }
 
-void PluginRunner::keep_registered(Endpoint& endpoint, bool kubelet_present, const FileIdentity& kubelet_now) {
+void PluginRunner::keep_registered(Endpoint& endpoint, bool kubelet_present,
+                                   const FileIdentity& kubelet_now) {
   FileIdentity socket_now;
-  if (endpoint.server &&
-      (!identify(endpoint_path(endpoint), socket_now) || !(socket_now == endpoint.socket_identity))) {
-    spdlog::warn("our socket {} was removed or replaced (kubelet restart?): serving again", endpoint_path(endpoint));
+  if (endpoint.server && (!identify(endpoint_path(endpoint), socket_now) ||
+                          !(socket_now == endpoint.socket_identity))) {
+    spdlog::warn("our socket {} was removed or replaced (kubelet restart?): serving again",
+                 endpoint_path(endpoint));
     stop_server(endpoint);
     endpoint.registered = false;
   }
@@ -154,7 +161,8 @@ int PluginRunner::run(const std::atomic<bool>& stop) {
   while (!stop) {
     FileIdentity kubelet_now;
     const bool kubelet_present = identify(kubelet_socket_path(), kubelet_now);
-    if (!kubelet_present && !kubelet_missing_logged) spdlog::info("waiting for the kubelet socket {}", kubelet_socket_path());
+    if (!kubelet_present && !kubelet_missing_logged)
+      spdlog::info("waiting for the kubelet socket {}", kubelet_socket_path());
     kubelet_missing_logged = !kubelet_present;
     for (auto& endpoint : endpoints_) keep_registered(endpoint, kubelet_present, kubelet_now);
     sleep_unless_stopped(config_.kubelet_check_interval, stop);

@@ -1,8 +1,8 @@
 // The plugin's lifecycle around the kubelet: for every slice class (resource_class.h),
 // serve DevicePlugin on the class's endpoint socket and register its resource with the
 // kubelet's Registration service — the kubelet takes one resource per registration — and
-// do both again whenever the kubelet restarts. A restarting kubelet removes the sockets in its device-plugin
-// directory and creates a new kubelet.sock; we notice either (our socket gone, or
+// do both again whenever the kubelet restarts. A restarting kubelet removes the sockets in its
+// device-plugin directory and creates a new kubelet.sock; we notice either (our socket gone, or
 // kubelet.sock replaced: a different inode or change time) on a one-second check, per
 // endpoint, so one class's socket removed alone is served and registered again too —
 // polling rather than inotify because the directory is a hostPath mount where polling
@@ -10,14 +10,13 @@
 // broker's GPU list for health.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/device_plugin_service.h"

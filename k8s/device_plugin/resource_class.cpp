@@ -16,7 +16,8 @@ std::string class_endpoint(const std::string& base, SliceClass kind) {
   if (kind == SliceClass::normal) return base;
   const std::string tag = kind == SliceClass::high ? "-high" : "-besteffort";
   const std::string suffix = kSockSuffix;
-  const bool has_suffix = base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const bool has_suffix = base.size() > suffix.size() &&
+                          base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
   if (!has_suffix) return base + tag;
   return base.substr(0, base.size() - suffix.size()) + tag + suffix;
 }
@@ -25,8 +26,8 @@ std::vector<ResourceClass> resource_classes(const PluginConfig& config) {
   const int n = config.slices;
   const int high = config.high_slices;
   std::vector<ResourceClass> out;
-  auto add = [&](SliceClass kind, const char* resource, const char* prefix, const char* priority, const char* label,
-                 int first, int count, bool guaranteed) {
+  auto add = [&](SliceClass kind, const char* resource, const char* prefix, const char* priority,
+                 const char* label, int first, int count, bool guaranteed) {
     if (count <= 0) return;  // nothing to advertise: not registered at all
     ResourceClass cls;
     cls.kind = kind;
@@ -43,8 +44,8 @@ std::vector<ResourceClass> resource_classes(const PluginConfig& config) {
   };
   add(SliceClass::normal, kResourceName, kTenantPrefix, "normal", "normal", 0, n - high, true);
   add(SliceClass::high, kHighResourceName, kHighTenantPrefix, "high", "high", n - high, high, true);
-  add(SliceClass::besteffort, kBestEffortResourceName, kBestEffortTenantPrefix, "low", "besteffort", n,
-      config.besteffort_slices, false);
+  add(SliceClass::besteffort, kBestEffortResourceName, kBestEffortTenantPrefix, "low", "besteffort",
+      n, config.besteffort_slices, false);
   return out;
 }
 

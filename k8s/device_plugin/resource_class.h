@@ -30,10 +30,11 @@ struct ResourceClass {
   std::string tenant_prefix;  // "s-", "h-" or "b-": names never collide across classes
   std::string priority;       // the broker's priority class: normal, high, low
   std::string label;          // "normal", "high", "besteffort": logs and the class annotation
-  int first_index = 0;        // this class's slice indices on each GPU: [first_index, first_index + count)
+  int first_index =
+      0;  // this class's slice indices on each GPU: [first_index, first_index + count)
   int count = 0;
-  int slices_per_gpu = 0;     // N: a slice is capacity/N of memory and 100/N of compute
-  bool guaranteed = true;     // memory_request = memory_limit, or 0 (best effort)
+  int slices_per_gpu = 0;  // N: a slice is capacity/N of memory and 100/N of compute
+  bool guaranteed = true;  // memory_request = memory_limit, or 0 (best effort)
 
   bool owns(int index) const { return index >= first_index && index < first_index + count; }
 };

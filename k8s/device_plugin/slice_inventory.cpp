@@ -16,17 +16,18 @@ bool SliceInventory::apply(const std::vector<BrokerGpu>& answer) {
     const bool present = std::any_of(answer.begin(), answer.end(),
                                      [&](const BrokerGpu& g) { return g.uuid == known.info.uuid; });
     if (known.healthy && !present) {
-      spdlog::warn("GPU {} ({}) is gone from the broker's list: its slices are now Unhealthy", known.info.uuid,
-                   known.info.name);
+      spdlog::warn("GPU {} ({}) is gone from the broker's list: its slices are now Unhealthy",
+                   known.info.uuid, known.info.name);
       known.healthy = false;
       changed = true;
     }
   }
   for (const auto& gpu : answer) {
-    auto it = std::find_if(gpus_.begin(), gpus_.end(), [&](const KnownGpu& k) { return k.info.uuid == gpu.uuid; });
+    auto it = std::find_if(gpus_.begin(), gpus_.end(),
+                           [&](const KnownGpu& k) { return k.info.uuid == gpu.uuid; });
     if (it == gpus_.end()) {
-      spdlog::info("GPU {} {} ({}, {} bytes): advertising its slices", gpu.index, gpu.uuid, gpu.name,
-                   gpu.memory_total);
+      spdlog::info("GPU {} {} ({}, {} bytes): advertising its slices", gpu.index, gpu.uuid,
+                   gpu.name, gpu.memory_total);
       gpus_.push_back({gpu, true});
       changed = true;
       continue;
@@ -50,7 +51,8 @@ bool SliceInventory::refresh(const BrokerAdmin& broker) {
   // One warning per outage, not one per poll: a broker down for minutes must not flood the log.
   if (!answer) {
     if (broker_answered_) {
-      spdlog::warn("cannot read the GPU list from the broker (keeping the last known health): {}", answer.error());
+      spdlog::warn("cannot read the GPU list from the broker (keeping the last known health): {}",
+                   answer.error());
     } else {
       spdlog::debug("still no GPU list from the broker: {}", answer.error());
     }

@@ -15,7 +15,8 @@ struct GpuSlices {
 };
 
 // Adds IDs from `pool` (in slice order) to `chosen` until it has `size`.
-void fill_from(const GpuSlices& gpu, std::vector<std::string>& chosen, std::set<std::string>& taken, int size) {
+void fill_from(const GpuSlices& gpu, std::vector<std::string>& chosen, std::set<std::string>& taken,
+               int size) {
   for (const auto& [index, id] : gpu.free) {
     if (static_cast<int>(chosen.size()) >= size) return;
     if (taken.insert(id).second) chosen.push_back(id);
@@ -64,7 +65,8 @@ std::vector<std::string> prefer_slices(const std::vector<std::string>& available
     const GpuSlices* best = nullptr;
     for (const auto& [uuid, gpu] : gpus) {
       const int free = static_cast<int>(gpu.free.size());
-      if (free >= missing && (best == nullptr || free < static_cast<int>(best->free.size()))) best = &gpu;
+      if (free >= missing && (best == nullptr || free < static_cast<int>(best->free.size())))
+        best = &gpu;
     }
     if (best != nullptr) {
       fill_from(*best, chosen, taken, size);
@@ -75,8 +77,9 @@ std::vector<std::string> prefer_slices(const std::vector<std::string>& available
   // Nothing fits on one GPU: most free first, so the answer spans as few GPUs as possible.
   std::vector<const GpuSlices*> by_free;
   for (const auto& [uuid, gpu] : gpus) by_free.push_back(&gpu);
-  std::stable_sort(by_free.begin(), by_free.end(),
-                   [](const GpuSlices* a, const GpuSlices* b) { return a->free.size() > b->free.size(); });
+  std::stable_sort(by_free.begin(), by_free.end(), [](const GpuSlices* a, const GpuSlices* b) {
+    return a->free.size() > b->free.size();
+  });
   for (const GpuSlices* gpu : by_free) fill_from(*gpu, chosen, taken, size);
   for (const auto& id : unparsed) {
     if (static_cast<int>(chosen.size()) >= size) break;

@@ -1,8 +1,9 @@
 // Admission: limits fit the GPU minus the reserve, requests fit under limits, and the
 // guaranteed requests of all tenants on a GPU fit its capacity.
+#include "core/admission.h"
+
 #include <gtest/gtest.h>
 
-#include "core/admission.h"
 #include "test_segments.h"
 
 namespace fracgpu::broker {
@@ -39,7 +40,8 @@ TEST(Admission, LimitMustFitCapacityMinusReserve) {
   EXPECT_TRUE(admit_tenant(a, two_gpus(), 0, {}).ok());
   auto s = admit_tenant(a, two_gpus(), 1 * kGiB, {});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().find("larger than GPU 1's capacity of 15 GiB"), std::string::npos) << s.error();
+  EXPECT_NE(s.error().find("larger than GPU 1's capacity of 15 GiB"), std::string::npos)
+      << s.error();
 }
 
 TEST(Admission, RequestMustNotExceedLimit) {
@@ -71,7 +73,8 @@ TEST(Admission, AvailableMemoryIsWhatNoOtherTenantIsGuaranteed) {
   const TenantSpec* others[] = {&a, &b};
   auto run = spec("run", 0, kMemoryLimitAvailable, 0);
   ASSERT_TRUE(admit_tenant(run, two_gpus(), 2 * kGiB, others).ok());
-  EXPECT_EQ(run.devices[0].memory_limit, 80 * kGiB - 2 * kGiB - 40 * kGiB);  // minus the reserve too
+  EXPECT_EQ(run.devices[0].memory_limit,
+            80 * kGiB - 2 * kGiB - 40 * kGiB);  // minus the reserve too
   EXPECT_EQ(run.devices[0].memory_request, 0u);
   EXPECT_EQ(run.devices[0].uuid, "GPU-00000000-0000-0000-0000-000000000000");
   auto alone = spec("alone", 1, kMemoryLimitAvailable, 0);  // a private broker: the whole GPU
@@ -89,14 +92,16 @@ TEST(Admission, AvailableMemoryIsRefusedWhenNothingIsLeft) {
   auto run = spec("run", 1, kMemoryLimitAvailable, 0);
   auto s = admit_tenant(run, two_gpus(), 0, others);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().find("no memory of GPU 1 is left for a tenant without a memory limit"), std::string::npos)
+  EXPECT_NE(s.error().find("no memory of GPU 1 is left for a tenant without a memory limit"),
+            std::string::npos)
       << s.error();
   auto b = spec("b", 0, 70 * kGiB, 70 * kGiB);
   const TenantSpec* on_0[] = {&b};
   auto too_big = spec("big", 0, kMemoryLimitAvailable, 11 * kGiB);  // 10 GiB are left
   s = admit_tenant(too_big, two_gpus(), 0, on_0);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().find("memory request 11 GiB does not fit on GPU 0"), std::string::npos) << s.error();
+  EXPECT_NE(s.error().find("memory request 11 GiB does not fit on GPU 0"), std::string::npos)
+      << s.error();
 }
 
 TEST(Admission, UnknownGpuAndNoGpu) {

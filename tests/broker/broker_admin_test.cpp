@@ -37,9 +37,14 @@ TEST_F(AdminTest, GpusListsTheSimulatedDevice) {
 
 TEST_F(AdminTest, CreateListDelete) {
   auto created = broker.admin({{"op", "create"},
-                               {"tenant", {{"name", "a"}, {"devices", {{{"gpu", 0}, {"memory_limit", 4 * kGiB},
-                                                                        {"memory_request", kGiB}, {"compute", 30},
-                                                                        {"priority", "high"}}}}}}});
+                               {"tenant",
+                                {{"name", "a"},
+                                 {"devices",
+                                  {{{"gpu", 0},
+                                    {"memory_limit", 4 * kGiB},
+                                    {"memory_request", kGiB},
+                                    {"compute", 30},
+                                    {"priority", "high"}}}}}}});
   ASSERT_TRUE(created && (*created)["ok"] == true) << (created ? created->dump() : broker.log());
   const json& t = (*created)["tenant"];
   EXPECT_EQ(t["socket"], (broker.tenant_dir("a") / "broker.sock").string());
@@ -61,8 +66,9 @@ TEST_F(AdminTest, CreateListDelete) {
   EXPECT_EQ((*status)["devices"][0]["memory_limit"], 4 * kGiB);
   EXPECT_EQ((*status)["processes"].size(), 0u);
 
-  auto updated = broker.admin({{"op", "update"},
-                               {"tenant", {{"name", "a"}, {"devices", {{{"gpu", 0}, {"memory_limit", 6 * kGiB}}}}}}});
+  auto updated = broker.admin(
+      {{"op", "update"},
+       {"tenant", {{"name", "a"}, {"devices", {{{"gpu", 0}, {"memory_limit", 6 * kGiB}}}}}}});
   ASSERT_TRUE(updated && (*updated)["ok"] == true) << updated->dump();
   EXPECT_EQ((*updated)["tenant"]["devices"][0]["memory_limit"], 6 * kGiB);
   EXPECT_EQ((*updated)["tenant"]["devices"][0]["memory_request"], kGiB);
@@ -78,18 +84,21 @@ TEST_F(AdminTest, CreateListDelete) {
 
 TEST_F(AdminTest, AdmissionRefusalsAreOneSentence) {
   ASSERT_TRUE(broker.create_tenant("a", 10 * kGiB, 8 * kGiB));
-  auto too_big = broker.admin({{"op", "create"},
-                               {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 0}, {"memory_limit", 17 * kGiB}}}}}}});
+  auto too_big = broker.admin(
+      {{"op", "create"},
+       {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 0}, {"memory_limit", 17 * kGiB}}}}}}});
   ASSERT_TRUE(too_big);
   EXPECT_EQ((*too_big)["ok"], false);
   EXPECT_NE((*too_big)["error"].get<std::string>().find("capacity"), std::string::npos);
-  auto no_room = broker.admin({{"op", "create"},
-                               {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 0}, {"memory_limit", 9 * kGiB}}}}}}});
+  auto no_room = broker.admin(
+      {{"op", "create"},
+       {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 0}, {"memory_limit", 9 * kGiB}}}}}}});
   ASSERT_TRUE(no_room);
   EXPECT_EQ((*no_room)["ok"], false);
   EXPECT_NE((*no_room)["error"].get<std::string>().find("guaranteed"), std::string::npos);
-  auto no_gpu = broker.admin({{"op", "create"},
-                              {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 3}, {"memory_limit", kGiB}}}}}}});
+  auto no_gpu = broker.admin(
+      {{"op", "create"},
+       {"tenant", {{"name", "b"}, {"devices", {{{"gpu", 3}, {"memory_limit", kGiB}}}}}}});
   ASSERT_TRUE(no_gpu);
   EXPECT_NE((*no_gpu)["error"].get<std::string>().find("GPU 3 does not exist"), std::string::npos);
   EXPECT_TRUE(broker.create_tenant("b", 9 * kGiB, 8 * kGiB));  // overcommitted limits are fine
@@ -111,9 +120,10 @@ TEST_F(AdminTest, TenantsSurviveSigkillOfTheBroker) {
 }
 
 TEST_F(AdminTest, SecondBrokerOnSameRunDirRefuses) {
-  auto result = run_process({FRACGPU_TEST_BROKER_BIN, "--run-dir", broker.run_dir().string(), "--state-dir",
-                             broker.state_dir().string(), "--driver", "/nonexistent"},
-                            {});
+  auto result =
+      run_process({FRACGPU_TEST_BROKER_BIN, "--run-dir", broker.run_dir().string(), "--state-dir",
+                   broker.state_dir().string(), "--driver", "/nonexistent"},
+                  {});
   EXPECT_NE(result.status, 0);
   EXPECT_NE(result.err.find("already serving"), std::string::npos) << result.err;
   EXPECT_TRUE(broker.admin({{"op", "list"}}));  // the first one's socket is untouched
@@ -128,8 +138,11 @@ TEST_F(AdminTest, OtherUidsAreRefused) {
     if (!client.connected()) ::_exit(11);
     auto reply = client.request({{"op", "list"}});
     if (!reply || (*reply)["ok"] != false) ::_exit(12);
-    if ((*reply)["error"].get<std::string>().find("permission denied") == std::string::npos) ::_exit(13);
-    auto create = client.request({{"op", "create"}, {"tenant", {{"name", "evil"}, {"devices", {{{"gpu", 0}, {"memory_limit", 1}}}}}}});
+    if ((*reply)["error"].get<std::string>().find("permission denied") == std::string::npos)
+      ::_exit(13);
+    auto create = client.request(
+        {{"op", "create"},
+         {"tenant", {{"name", "evil"}, {"devices", {{{"gpu", 0}, {"memory_limit", 1}}}}}}});
     ::_exit(create && (*create)["ok"] == false ? 0 : 14);
   }
   int status = 0;

@@ -49,7 +49,8 @@ int connect_to(const std::filesystem::path& path) {
 }
 
 // Reads one '\n'-terminated line from fd within `timeout` (buffered in `buffer`).
-std::optional<std::string> read_line(int fd, std::string& buffer, std::chrono::milliseconds timeout) {
+std::optional<std::string> read_line(int fd, std::string& buffer,
+                                     std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto nl = buffer.find('\n'); nl != std::string::npos) {
@@ -57,7 +58,8 @@ std::optional<std::string> read_line(int fd, std::string& buffer, std::chrono::m
       buffer.erase(0, nl + 1);
       return line;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
@@ -72,7 +74,8 @@ template <class T>
 T* map_file(const std::filesystem::path& path, bool writable) {
   const int fd = ::open(path.c_str(), writable ? O_RDWR : O_RDONLY);
   if (fd < 0) return nullptr;
-  void* p = ::mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  void* p =
+      ::mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
 }
@@ -87,14 +90,16 @@ void write_all(int fd, const std::string& s) {
 }
 
 // Body of a TenantProcess child; never returns.
-[[noreturn]] void tenant_child(const std::filesystem::path& dir, uint64_t hold, bool churn, int report_fd) {
+[[noreturn]] void tenant_child(const std::filesystem::path& dir, uint64_t hold, bool churn,
+                               int report_fd) {
   nlohmann::json result = {{"ok", false}, {"error", "cannot connect"}};
   const int sock = connect_to(dir / paths::kTenantSocketName);
   std::string buffer;
   if (sock >= 0) {
     write_all(sock, "{\"op\":\"register\",\"protocol\":1}\n");
     auto line = read_line(sock, buffer, std::chrono::seconds(5));
-    result = line ? nlohmann::json::parse(*line, nullptr, false) : nlohmann::json{{"ok", false}, {"error", "no reply"}};
+    result = line ? nlohmann::json::parse(*line, nullptr, false)
+                  : nlohmann::json{{"ok", false}, {"error", "no reply"}};
   }
   auto* quota = map_file<TenantQuota>(dir / "quota", false);
   auto* ledger = map_file<TenantLedger>(dir / "ledger", true);
@@ -122,7 +127,9 @@ void write_all(int fd, const std::string& s) {
 
 }  // namespace
 
-bool fake_driver_available() { return ::access(FRACGPU_TEST_FAKE_DRIVER, R_OK) == 0; }
+bool fake_driver_available() {
+  return ::access(FRACGPU_TEST_FAKE_DRIVER, R_OK) == 0;
+}
 
 TempDir::TempDir() {
   std::string pattern = "/tmp/fgt-XXXXXX";  // short: socket paths have a 107-byte limit
@@ -144,7 +151,8 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
   return true;
 }
 
-ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env,
                           std::chrono::seconds timeout) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return {};
@@ -240,7 +248,9 @@ BrokerProcess::~BrokerProcess() {
 }
 
 std::map<std::string, std::string> BrokerProcess::env() const {
-  return {{"FAKECUDA_SHM_NAME", shm_name_}, {"FAKECUDA_MEMORY", "16GiB"}, {"FRACGPU_RUN_DIR", run_dir().string()}};
+  return {{"FAKECUDA_SHM_NAME", shm_name_},
+          {"FAKECUDA_MEMORY", "16GiB"},
+          {"FRACGPU_RUN_DIR", run_dir().string()}};
 }
 
 bool BrokerProcess::start(const std::vector<std::string>& extra_args) {
@@ -257,11 +267,17 @@ bool BrokerProcess::start(const std::vector<std::string>& extra_args) {
   return process_.start(launch).ok();
 }
 
-void BrokerProcess::kill9() { process_.kill(); }
+void BrokerProcess::kill9() {
+  process_.kill();
+}
 
-int BrokerProcess::stop() { return process_.stop(std::chrono::seconds(60)); }
+int BrokerProcess::stop() {
+  return process_.stop(std::chrono::seconds(60));
+}
 
-bool BrokerProcess::alive() { return process_.running(); }
+bool BrokerProcess::alive() {
+  return process_.running();
+}
 
 std::string BrokerProcess::log() const {
   std::ifstream in(dir_.path() / "broker.log");
@@ -285,7 +301,8 @@ std::optional<nlohmann::json> BrokerProcess::tenant_status(const std::string& na
   return std::nullopt;
 }
 
-bool BrokerProcess::create_tenant(const std::string& name, uint64_t limit, std::optional<uint64_t> request) {
+bool BrokerProcess::create_tenant(const std::string& name, uint64_t limit,
+                                  std::optional<uint64_t> request) {
   nlohmann::json device = {{"gpu", 0}, {"memory_limit", limit}};
   if (request) device["memory_request"] = *request;
   auto reply = admin({{"op", "create"}, {"tenant", {{"name", name}, {"devices", {device}}}}});
@@ -309,7 +326,9 @@ TenantProcess::TenantProcess(const std::filesystem::path& tenant_dir, uint64_t h
   ::close(report[0]);
 }
 
-TenantProcess::~TenantProcess() { kill9(); }
+TenantProcess::~TenantProcess() {
+  kill9();
+}
 
 void TenantProcess::kill9() {
   if (pid_ <= 0) return;

@@ -10,11 +10,10 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "client/broker_launcher.h"
 #include "client/run_paths.h"
@@ -26,8 +25,8 @@ inline constexpr uint64_t kGiB = 1ull << 30;
 inline constexpr uint64_t kMiB = 1ull << 20;
 
 bool fake_driver_available();
-#define FRACGPU_REQUIRE_FAKE_DRIVER()                                                  \
-  do {                                                                                  \
+#define FRACGPU_REQUIRE_FAKE_DRIVER()                                                       \
+  do {                                                                                      \
     if (!::fracgpu::test::fake_driver_available()) GTEST_SKIP() << "fake driver not built"; \
   } while (0)
 
@@ -52,7 +51,8 @@ struct ProcessResult {
 };
 
 // Runs argv with `env` added to this process's environment, capturing output.
-ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& env,
                           std::chrono::seconds timeout = std::chrono::seconds(60));
 
 // A line-oriented raw client: sends anything, reads reply lines.
@@ -64,7 +64,8 @@ class LineClient {
   LineClient& operator=(const LineClient&) = delete;
   bool connected() const { return fd_ >= 0; }
   bool send_raw(const std::string& bytes);
-  std::optional<nlohmann::json> read_reply(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  std::optional<nlohmann::json> read_reply(
+      std::chrono::milliseconds timeout = std::chrono::seconds(5));
   std::optional<nlohmann::json> request(const nlohmann::json& j);
   // True when the broker closed the connection (EOF) within `timeout`.
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
@@ -86,7 +87,9 @@ class BrokerProcess {
   std::filesystem::path run_dir() const { return dir_.path() / "run"; }
   std::filesystem::path state_dir() const { return dir_.path() / "state"; }
   std::filesystem::path admin_socket() const { return client::admin_socket_path(run_dir()); }
-  std::filesystem::path tenant_dir(const std::string& name) const { return client::tenant_dir(run_dir(), name); }
+  std::filesystem::path tenant_dir(const std::string& name) const {
+    return client::tenant_dir(run_dir(), name);
+  }
   const std::string& shm_name() const { return shm_name_; }
   std::string log() const;
   std::map<std::string, std::string> env() const;
@@ -95,7 +98,8 @@ class BrokerProcess {
   std::optional<nlohmann::json> admin(const nlohmann::json& request);
   // TENANT_STATUS of `name` from "list", or nullopt.
   std::optional<nlohmann::json> tenant_status(const std::string& name);
-  bool create_tenant(const std::string& name, uint64_t limit, std::optional<uint64_t> request = std::nullopt);
+  bool create_tenant(const std::string& name, uint64_t limit,
+                     std::optional<uint64_t> request = std::nullopt);
 
  private:
   TempDir dir_;

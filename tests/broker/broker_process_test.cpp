@@ -51,7 +51,8 @@ TEST_F(ProcessTest, SigkillReclaimsWithinOneSecond) {
   ASSERT_EQ(ledger->devices[0].used.load(), 3 * kGiB);
   const uint32_t slot = child.slot();
   child.kill9();
-  EXPECT_TRUE(wait_until([&] { return ledger->devices[0].used.load() == 0; }, milliseconds(1000))) << broker.log();
+  EXPECT_TRUE(wait_until([&] { return ledger->devices[0].used.load() == 0; }, milliseconds(1000)))
+      << broker.log();
   EXPECT_EQ(ledger->processes[slot].state.load(), static_cast<uint32_t>(SlotState::kFree));
   EXPECT_EQ(ledger->processes[slot].used[0].load(), 0u);
 }
@@ -66,7 +67,8 @@ TEST_F(ProcessTest, KilledMidAllocationHundredTimes) {
     ASSERT_TRUE(victim.ok()) << "iteration " << i << ": " << broker.log();
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
     victim.kill9();
-    ASSERT_TRUE(wait_until([&] { return ledger->devices[0].used.load() == kGiB; }, milliseconds(1000)))
+    ASSERT_TRUE(
+        wait_until([&] { return ledger->devices[0].used.load() == kGiB; }, milliseconds(1000)))
         << "iteration " << i << ": used " << ledger->devices[0].used.load();
   }
   EXPECT_EQ(ledger->processes[holder.slot()].pid.load(), holder.pid());
@@ -83,10 +85,12 @@ TEST_F(ProcessTest, BurstRaisesGrantUpToTheLimit) {
   EXPECT_EQ((*over)["ok"], false);
   EXPECT_NE((*over)["error"].get<std::string>().find("memory limit"), std::string::npos);
   // The idle burst is reclaimed back to the request within a couple of seconds.
-  EXPECT_TRUE(wait_until([&] {
-    auto s = broker.tenant_status("t");
-    return s && (*s)["devices"][0]["memory_grant"] == 4 * kGiB;
-  }, milliseconds(3000)));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        auto s = broker.tenant_status("t");
+        return s && (*s)["devices"][0]["memory_grant"] == 4 * kGiB;
+      },
+      milliseconds(3000)));
 }
 
 TEST_F(ProcessTest, ProcessOutlivesBrokerSigkill) {
@@ -102,11 +106,14 @@ TEST_F(ProcessTest, ProcessOutlivesBrokerSigkill) {
   EXPECT_EQ((*status)["processes"][0]["pid"], child.pid());  // re-attached
   LedgerView ledger(broker.tenant_dir("t"));
   child.kill9();  // still watched by the new broker
-  EXPECT_TRUE(wait_until([&] { return ledger->devices[0].used.load() == 0; }, milliseconds(1000))) << broker.log();
-  EXPECT_TRUE(wait_until([&] {
-    auto s = broker.tenant_status("t");
-    return s && (*s)["processes"].empty();
-  }, milliseconds(1000)));
+  EXPECT_TRUE(wait_until([&] { return ledger->devices[0].used.load() == 0; }, milliseconds(1000)))
+      << broker.log();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        auto s = broker.tenant_status("t");
+        return s && (*s)["processes"].empty();
+      },
+      milliseconds(1000)));
 }
 
 TEST_F(ProcessTest, DeathWhileBrokerIsDownIsReclaimedAtStart) {

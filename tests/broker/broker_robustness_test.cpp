@@ -78,18 +78,26 @@ TEST_F(RobustnessTest, GarbageLinesDisconnect) {
 
 TEST_F(RobustnessTest, BadRequestsOnAdminSocket) {
   LineClient c(broker.admin_socket());
-  for (const char* line : {
-           R"({})", R"({"op":5})", R"({"op":"explode"})", R"({"op":"create"})", R"({"op":"create","tenant":5})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":-1}]}})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":-1,"memory_limit":1}]}})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":"lots"}]}})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":1e300}]}})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":99999999999999999999999}]}})",
-           R"({"op":"create","tenant":{"name":"../etc","devices":[{"gpu":0,"memory_limit":1}]}})",
-           R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":1,"compute":-3}]}})",
-           R"({"op":"update","tenant":{"name":"nope"}})", R"({"op":"update","tenant":{"name":"t","devices":"all"}})",
-           R"({"op":"delete"})", R"({"op":"delete","name":7})", R"({"op":"delete","name":"nope"})",
-       }) {
+  for (
+      const char* line : {
+          R"({})",
+          R"({"op":5})",
+          R"({"op":"explode"})",
+          R"({"op":"create"})",
+          R"({"op":"create","tenant":5})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":-1}]}})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":-1,"memory_limit":1}]}})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":"lots"}]}})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":1e300}]}})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":99999999999999999999999}]}})",
+          R"({"op":"create","tenant":{"name":"../etc","devices":[{"gpu":0,"memory_limit":1}]}})",
+          R"({"op":"create","tenant":{"name":"x","devices":[{"gpu":0,"memory_limit":1,"compute":-3}]}})",
+          R"({"op":"update","tenant":{"name":"nope"}})",
+          R"({"op":"update","tenant":{"name":"t","devices":"all"}})",
+          R"({"op":"delete"})",
+          R"({"op":"delete","name":7})",
+          R"({"op":"delete","name":"nope"})",
+      }) {
     expect_error_reply(c, line);
   }
   auto ok = c.request({{"op", "list"}});  // same connection still works
@@ -101,12 +109,21 @@ TEST_F(RobustnessTest, BadRequestsOnAdminSocket) {
 TEST_F(RobustnessTest, BadRequestsOnTenantSocket) {
   LineClient c(tenant_socket());
   for (const char* line : {
-           R"({})", R"({"op":null})", R"({"op":"create"})", R"({"op":"register","protocol":2})",
-           R"({"op":"register","protocol":"1"})", R"({"op":"burst"})", R"({"op":"burst","device":0})",
-           R"({"op":"burst","device":-1,"bytes":5})", R"({"op":"burst","device":0,"bytes":-5})",
-           R"({"op":"burst","device":0,"bytes":0})", R"({"op":"burst","device":0,"bytes":1.5})",
-           R"({"op":"burst","device":"0","bytes":5})", R"({"op":"burst","device":99,"bytes":5})",
-           R"({"op":"burst","device":3,"bytes":5})", R"({"op":"burst","device":0,"bytes":18446744073709551615})",
+           R"({})",
+           R"({"op":null})",
+           R"({"op":"create"})",
+           R"({"op":"register","protocol":2})",
+           R"({"op":"register","protocol":"1"})",
+           R"({"op":"burst"})",
+           R"({"op":"burst","device":0})",
+           R"({"op":"burst","device":-1,"bytes":5})",
+           R"({"op":"burst","device":0,"bytes":-5})",
+           R"({"op":"burst","device":0,"bytes":0})",
+           R"({"op":"burst","device":0,"bytes":1.5})",
+           R"({"op":"burst","device":"0","bytes":5})",
+           R"({"op":"burst","device":99,"bytes":5})",
+           R"({"op":"burst","device":3,"bytes":5})",
+           R"({"op":"burst","device":0,"bytes":18446744073709551615})",
        }) {
     expect_error_reply(c, line);
   }

@@ -5,9 +5,8 @@
 // plain successive frames when stdout is not a terminal; fracgpu-spin-client runs
 // kernels for the given time; and, with a broker that schedules compute, `set` moves
 // the measured shares of two running tenants and `fracgpu demo` shows its three phases.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -76,7 +75,6 @@ class CliComputeTest : public CliFixture {
     auto t = broker.tenant_status(name);
     return t ? (*t)["devices"][0] : nlohmann::json();
   }
-
 };
 
 // Validation happens before anything is contacted: the run directory has no broker,
@@ -91,7 +89,8 @@ TEST_F(CliComputeTest, SetAndTopRefuseBadInputBeforeContactingAnything) {
   expect_usage_error({"set", "web", "--compute-limit", "150"}, "--compute-limit '150'");
   expect_usage_error({"set", "web", "--compute-limit", "nope"}, "or none");
   expect_usage_error({"set", "web", "--priority", "urgent"}, "priority");
-  expect_usage_error({"set", "web", "--priority", "high", "--compute-limit", "50"}, "--priority high");
+  expect_usage_error({"set", "web", "--priority", "high", "--compute-limit", "50"},
+                     "--priority high");
   expect_usage_error({"set", "web", "--memory", "12XB"}, "unknown unit");
   expect_usage_error({"set", "web", "--memory", "0"}, "larger than zero");
   expect_usage_error({"set", "web", "--gpu", "16", "--compute", "5"}, "--gpu 16");
@@ -105,8 +104,9 @@ TEST_F(CliComputeTest, SetAndTopRefuseBadInputBeforeContactingAnything) {
   expect_usage_error({"top", "--bogus"}, "--bogus");
   expect_usage_error({"top", "extra"}, "extra");
   // Well-formed, but nobody is there: exit 1, one line.
-  for (const std::vector<std::string>& args : {std::vector<std::string>{"set", "web", "--compute", "5"},
-                                               std::vector<std::string>{"top", "--count", "1"}}) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"set", "web", "--compute", "5"},
+        std::vector<std::string>{"top", "--count", "1"}}) {
     auto r = fracgpu(args);
     EXPECT_EQ(r.status, 1) << r.err;
     EXPECT_EQ(lines(r.err), 1u) << r.err;
@@ -118,10 +118,14 @@ TEST_F(CliComputeTest, SetChangesARunningBrokersTenant) {
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
   auto env = broker.env();
-  ASSERT_EQ(fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--compute", "30"}, env).status, 0);
-  ASSERT_EQ(fracgpu({"tenant", "create", "batch", "--memory", "2GiB", "--compute", "30%"}, env).status, 0);
+  ASSERT_EQ(fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--compute", "30"}, env).status,
+            0);
+  ASSERT_EQ(
+      fracgpu({"tenant", "create", "batch", "--memory", "2GiB", "--compute", "30%"}, env).status,
+      0);
 
-  auto r = fracgpu({"set", "web", "--compute", "90", "--compute-limit", "50%", "--priority", "normal"}, env);
+  auto r = fracgpu(
+      {"set", "web", "--compute", "90", "--compute-limit", "50%", "--priority", "normal"}, env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   // The tenant's row: weight 90 of 90+30 on GPU 0 promises 75%.
@@ -177,7 +181,8 @@ TEST_F(CliComputeTest, SetChangesARunningBrokersTenant) {
   // status: memory and compute tables; --json is the broker's own JSON.
   r = fracgpu({"status"}, env);
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* column : {"LIMIT", "WEIGHT", "SHARE", "CEILING", "PRIORITY", "MEASURED", "STATE"}) {
+  for (const char* column :
+       {"LIMIT", "WEIGHT", "SHARE", "CEILING", "PRIORITY", "MEASURED", "STATE"}) {
     EXPECT_NE(r.out.find(column), std::string::npos) << column << "\n" << r.out;
   }
   std::istringstream table(r.out);
@@ -200,13 +205,17 @@ TEST_F(CliComputeTest, TopPrintsPlainFramesWhenNotATerminal) {
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
   auto env = broker.env();
-  ASSERT_EQ(fracgpu({"tenant", "create", "web", "--memory", "1GiB", "--compute", "70"}, env).status, 0);
-  ASSERT_EQ(fracgpu({"tenant", "create", "etl", "--memory", "1GiB", "--compute", "30", "--priority", "normal"}, env)
+  ASSERT_EQ(fracgpu({"tenant", "create", "web", "--memory", "1GiB", "--compute", "70"}, env).status,
+            0);
+  ASSERT_EQ(fracgpu({"tenant", "create", "etl", "--memory", "1GiB", "--compute", "30", "--priority",
+                     "normal"},
+                    env)
                 .status,
             0);
   const auto start = std::chrono::steady_clock::now();
   auto r = fracgpu({"top", "--count", "3", "--interval", "0.3"}, env);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   EXPECT_EQ(occurrences(r.out, "fracgpu top"), 3u) << r.out;
@@ -220,15 +229,17 @@ TEST_F(CliComputeTest, TopPrintsPlainFramesWhenNotATerminal) {
 }
 
 TEST_F(CliComputeTest, SpinClientRunsKernelsForTheGivenTime) {
-  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
+  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT))
+    GTEST_SKIP() << "fracgpu-spin-client not built";
   const std::string shm = "/fgb-spin-" + std::to_string(::getpid());
   const std::map<std::string, std::string> env = {
       {"LD_LIBRARY_PATH", std::filesystem::path(FRACGPU_TEST_FAKE_DRIVER).parent_path().string()},
       {"FAKECUDA_SHM_NAME", shm}};
   const auto report = scratch.path() / "report.json";
-  auto r = run_process({FRACGPU_TEST_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "0.5", "--report",
-                        report.string(), "--stream-sync-every", "4", "--stream", "created"},
-                       env);
+  auto r =
+      run_process({FRACGPU_TEST_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "0.5", "--report",
+                   report.string(), "--stream-sync-every", "4", "--stream", "created"},
+                  env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   std::ifstream in(report);
@@ -243,9 +254,12 @@ TEST_F(CliComputeTest, SpinClientRunsKernelsForTheGivenTime) {
   r = run_process({FRACGPU_TEST_SPIN_CLIENT, "--seconds", "0.2", "--report", "-"}, env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\"kernels\":"), std::string::npos) << r.out;
-  for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--kernel-us", "0"}, {"--seconds", "-1"}, {"--stream-sync-every", "0"},
-        {"--stream", "other"}, {"--bogus", "1"}, {"--seconds"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--kernel-us", "0"},
+                                              {"--seconds", "-1"},
+                                              {"--stream-sync-every", "0"},
+                                              {"--stream", "other"},
+                                              {"--bogus", "1"},
+                                              {"--seconds"}}) {
     std::vector<std::string> args = {FRACGPU_TEST_SPIN_CLIENT};
     args.insert(args.end(), bad.begin(), bad.end());
     r = run_process(args, env);
@@ -258,7 +272,8 @@ TEST_F(CliComputeTest, SpinClientRunsKernelsForTheGivenTime) {
 // turns 70/30 into 20/80 and the broker's measured shares follow (compute_measured_share
 // in its status).
 TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
-  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
+  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT))
+    GTEST_SKIP() << "fracgpu-spin-client not built";
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
   auto env = broker.env();
@@ -266,8 +281,9 @@ TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_TEST_FAKE_DRIVER;
   auto run = [&](const std::string& name, const std::string& weight) {
     return std::make_unique<Background>(
-        std::vector<std::string>{FRACGPU_TEST_CLI_BIN, "run", "--memory", "1GiB", "--compute", weight, "--name", name,
-                                 "--", FRACGPU_TEST_SPIN_CLIENT, "--seconds", "30"},
+        std::vector<std::string>{FRACGPU_TEST_CLI_BIN, "run", "--memory", "1GiB", "--compute",
+                                 weight, "--name", name, "--", FRACGPU_TEST_SPIN_CLIENT,
+                                 "--seconds", "30"},
         env, scratch.path() / (name + ".log"));
   };
   auto a = run("alpha", "70");
@@ -304,9 +320,11 @@ TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
   int rows = 0;
   for (std::string line; std::getline(table, line);) {
     if (line.rfind("alpha ", 0) != 0 && line.rfind("beta ", 0) != 0) continue;
-    if (line.find("WEIGHT") != std::string::npos || line.find(" GiB") != std::string::npos) continue;  // memory rows
+    if (line.find("WEIGHT") != std::string::npos || line.find(" GiB") != std::string::npos)
+      continue;  // memory rows
     ++rows;
-    EXPECT_TRUE(line.find("granted") != std::string::npos || line.find("waiting") != std::string::npos ||
+    EXPECT_TRUE(line.find("granted") != std::string::npos ||
+                line.find("waiting") != std::string::npos ||
                 line.find("draining") != std::string::npos)
         << line;
   }
@@ -316,8 +334,10 @@ TEST_F(CliComputeTest, SetMovesMeasuredSharesOfRunningTenants) {
 // The demo's compute part: the measured shares at the end of each phase (weights
 // 60/30/10; notebook stopped; inference raised to 90) within a few points of the weights.
 TEST_F(CliComputeTest, DemoShowsSharesLendingAndALiveChange) {
-  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT)) GTEST_SKIP() << "fracgpu-spin-client not built";
-  auto r = run_process({FRACGPU_TEST_CLI_BIN, "demo"}, {{"FRACGPU_SHIM", FRACGPU_TEST_SHIM}}, std::chrono::seconds(90));
+  if (!std::filesystem::exists(FRACGPU_TEST_SPIN_CLIENT))
+    GTEST_SKIP() << "fracgpu-spin-client not built";
+  auto r = run_process({FRACGPU_TEST_CLI_BIN, "demo"}, {{"FRACGPU_SHIM", FRACGPU_TEST_SHIM}},
+                       std::chrono::seconds(90));
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   ASSERT_EQ(r.out.find("Compute shares: skipped"), std::string::npos) << r.out;
   std::map<int, std::array<double, 3>> at;  // second -> training, inference, notebook (%)
@@ -325,20 +345,22 @@ TEST_F(CliComputeTest, DemoShowsSharesLendingAndALiveChange) {
   for (std::string line; std::getline(in, line);) {
     int second = 0;
     std::array<double, 3> v{};
-    if (std::sscanf(line.c_str(), " %ds training %lf%% inference %lf%% notebook %lf%%", &second, &v[0], &v[1],
-                    &v[2]) == 4) {
+    if (std::sscanf(line.c_str(), " %ds training %lf%% inference %lf%% notebook %lf%%", &second,
+                    &v[0], &v[1], &v[2]) == 4) {
       at[second] = v;
     }
   }
   ASSERT_EQ(at.size(), 18u) << r.out;
   auto near = [&](int second, std::array<double, 3> want) {
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(at[second][i], want[i], 8.0) << "at " << second << "s\n" << r.out;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_NEAR(at[second][i], want[i], 8.0) << "at " << second << "s\n" << r.out;
   };
   near(7, {60, 30, 10});
   near(12, {66.7, 33.3, 0});
   near(18, {40, 60, 0});
   EXPECT_NE(r.out.find("$ fracgpu set inference --compute 90"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("training   holds 10.0 GiB"), std::string::npos) << r.out;  // the memory part ran first
+  EXPECT_NE(r.out.find("training   holds 10.0 GiB"), std::string::npos)
+      << r.out;  // the memory part ran first
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ class CliFixture : public ::testing::Test {
  protected:
   void SetUp() override { FRACGPU_REQUIRE_FAKE_DRIVER(); }
 
-  ProcessResult fracgpu(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  ProcessResult fracgpu(std::vector<std::string> args,
+                        std::map<std::string, std::string> env = {}) {
     args.insert(args.begin(), FRACGPU_TEST_CLI_BIN);
     env.emplace("FRACGPU_SHIM", FRACGPU_TEST_SHIM);
     env.emplace("FRACGPU_RUN_DIR", (scratch.path() / "no-broker").string());
@@ -34,7 +35,8 @@ class CliFixture : public ::testing::Test {
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_EQ(lines(r.err), 1u) << r.err;
     EXPECT_EQ(r.err.rfind("fracgpu: ", 0), 0u) << r.err;
-    EXPECT_NE(r.err.find(fragment), std::string::npos) << "wanted '" << fragment << "' in: " << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos)
+        << "wanted '" << fragment << "' in: " << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
 

@@ -1,10 +1,10 @@
 // CLI argument handling that needs no broker: where `fracgpu run`'s command starts, and
 // the TENANT entries built from the quota flags.
+#include "cli/cli_options.h"
+
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
-
-#include "cli/cli_options.h"
 
 namespace fracgpu::cli {
 namespace {
@@ -35,7 +35,8 @@ TEST_F(RunSplitTest, CommandAfterDoubleDash) {
 }
 
 TEST_F(RunSplitTest, CommandWithoutDoubleDashKeepsItsFlags) {
-  auto s = split({"--run-dir", "/x", "run", "--memory=1GiB", "--gpu", "0,1", "sh", "-c", "exit 7", "--", "--name"});
+  auto s = split({"--run-dir", "/x", "run", "--memory=1GiB", "--gpu", "0,1", "sh", "-c", "exit 7",
+                  "--", "--name"});
   EXPECT_EQ(s.parse_argc, 7);
   EXPECT_EQ(s.command, (std::vector<std::string>{"sh", "-c", "exit 7", "--", "--name"}));
 }
@@ -137,10 +138,13 @@ TEST(DeviceEntries, PerDeviceMapErrorsAreClear) {
   f.memory = "0=8GiB,0=4GiB";
   EXPECT_EQ(error(f, {0, 1}), "--memory names GPU 0 twice");
   f.memory = "0=8GiB";
-  EXPECT_EQ(error(f, {0, 1}), "--memory gives no cap for GPU 1 (--gpu 0,1); every GPU of the tenant needs one");
-  for (const char* bad : {"0=8GiB,", "0=", "=8GiB", "x=8GiB", "0:8GiB,1=4GiB", "0=8GiB;1=4GiB", "0=1=2", "123=1GiB"}) {
+  EXPECT_EQ(error(f, {0, 1}),
+            "--memory gives no cap for GPU 1 (--gpu 0,1); every GPU of the tenant needs one");
+  for (const char* bad : {"0=8GiB,", "0=", "=8GiB", "x=8GiB", "0:8GiB,1=4GiB", "0=8GiB;1=4GiB",
+                          "0=1=2", "123=1GiB"}) {
     f.memory = bad;
-    EXPECT_NE(error(f, {0, 1}).find("must be GPU=VALUE"), std::string::npos) << bad << ": " << error(f, {0, 1});
+    EXPECT_NE(error(f, {0, 1}).find("must be GPU=VALUE"), std::string::npos)
+        << bad << ": " << error(f, {0, 1});
   }
   f.memory = "0=8GiB,16=4GiB";
   EXPECT_EQ(error(f, {0, 1}), "--memory: 16 is not a GPU index (0-15)");
@@ -148,13 +152,15 @@ TEST(DeviceEntries, PerDeviceMapErrorsAreClear) {
   EXPECT_EQ(error(f, {0, 1}).rfind("GPU 1: ", 0), 0u) << error(f, {0, 1});
   f.memory = "0=1GiB,1=4GiB";
   f.memory_request = "0=2GiB";
-  EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: --memory-request 2GiB is larger than --memory 1GiB", 0), 0u)
+  EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: --memory-request 2GiB is larger than --memory 1GiB", 0),
+            0u)
       << error(f, {0, 1});
   f.memory_request = "1=1GiB";
   f.compute = "0=101";
   EXPECT_EQ(error(f, {0, 1}).rfind("GPU 0: ", 0), 0u) << error(f, {0, 1});
   f.compute = "0=70,2=30";
-  EXPECT_EQ(error(f, {0, 1}), "--compute names GPU 2, which is not one of the tenant's GPUs (--gpu 0,1)");
+  EXPECT_EQ(error(f, {0, 1}),
+            "--compute names GPU 2, which is not one of the tenant's GPUs (--gpu 0,1)");
 }
 
 // `fracgpu run` without --memory: the broker is asked for what is available (and the
@@ -203,7 +209,8 @@ TEST(QuotaFlags, MemoryIsRequiredForTenantCreateOnly) {
     return std::make_pair(true, flags);
   };
   EXPECT_FALSE(parses(QuotaCommand::kCreate, {"--compute", "30"}).first);
-  EXPECT_FALSE(parses(QuotaCommand::kCreate, {"--memory", "1GiB"}).second.memory_defaults_to_available);
+  EXPECT_FALSE(
+      parses(QuotaCommand::kCreate, {"--memory", "1GiB"}).second.memory_defaults_to_available);
   auto run = parses(QuotaCommand::kRun, {"--compute", "30"});
   EXPECT_TRUE(run.first);
   EXPECT_TRUE(run.second.memory_defaults_to_available);
@@ -236,7 +243,8 @@ TEST(PerDevice, ParsesSingleValuesAndMaps) {
   auto map = parse_per_device("1=4GiB,0=8GiB", "--memory");
   ASSERT_TRUE(map.ok()) << map.error();
   EXPECT_TRUE(map->is_map);
-  EXPECT_EQ(map->entries, (std::vector<std::pair<unsigned, std::string>>{{1, "4GiB"}, {0, "8GiB"}}));
+  EXPECT_EQ(map->entries,
+            (std::vector<std::pair<unsigned, std::string>>{{1, "4GiB"}, {0, "8GiB"}}));
 }
 
 }  // namespace

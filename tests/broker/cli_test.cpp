@@ -2,14 +2,12 @@
 // before anything starts, refusals from the broker (cap larger than the GPU, no GPU),
 // the command's own exit status, and no tenant or temporary directory left behind —
 // with the node broker and with a private one.
+#include <fcntl.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <algorithm>
 
@@ -33,7 +31,8 @@ TEST_F(CliTest, BadInputIsOneLineAndStartsNothing) {
   expect_usage_error(with({"run", "--memory", "99999999999TiB"}), "too large");
   expect_usage_error(with({"run", "--memory", "1GiB", "--compute", "101"}), "--compute");
   expect_usage_error(with({"run", "--memory", "1GiB", "--priority", "urgent"}), "priority");
-  expect_usage_error(with({"run", "--memory", "1GiB", "--memory-request", "2GiB"}), "larger than --memory");
+  expect_usage_error(with({"run", "--memory", "1GiB", "--memory-request", "2GiB"}),
+                     "larger than --memory");
   expect_usage_error(with({"run", "--memory", "1GiB", "--name", "Bad Name"}), "tenant name");
   expect_usage_error(with({"run", "--memory", "1GiB", "--frobnicate"}), "--frobnicate");
   expect_usage_error(with({"run", "--memory-request", "1XB"}), "unknown unit");
@@ -57,11 +56,13 @@ TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
   EXPECT_TRUE((*list)["tenants"].empty()) << list->dump();
 
   // The command sees the shim preloaded and its own tenant socket.
-  r = fracgpu({"run", "--memory", "1GiB", "--name", "probe", "/bin/sh", "-c", "echo $LD_PRELOAD; echo $FRACGPU_SOCKET"},
+  r = fracgpu({"run", "--memory", "1GiB", "--name", "probe", "/bin/sh", "-c",
+               "echo $LD_PRELOAD; echo $FRACGPU_SOCKET"},
               env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find(FRACGPU_TEST_SHIM), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find((broker.tenant_dir("probe") / "broker.sock").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find((broker.tenant_dir("probe") / "broker.sock").string()), std::string::npos)
+      << r.out;
 
   r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "kill -9 $$"}, env);
   EXPECT_EQ(r.status, 128 + 9);
@@ -81,12 +82,14 @@ TEST_F(CliTest, SigtermIsForwardedAndTenantDeleted) {
     ::setenv("FRACGPU_SHIM", FRACGPU_TEST_SHIM, 1);
     const int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, 2);
-    const std::string script = "trap 'kill $child; exit 42' TERM; sleep 30 & child=$!; touch " + marker + "; wait";
-    ::execl(FRACGPU_TEST_CLI_BIN, "fracgpu", "run", "--memory", "1GiB", "--name", "sig", "--", "/bin/sh", "-c",
-            script.c_str(), nullptr);
+    const std::string script =
+        "trap 'kill $child; exit 42' TERM; sleep 30 & child=$!; touch " + marker + "; wait";
+    ::execl(FRACGPU_TEST_CLI_BIN, "fracgpu", "run", "--memory", "1GiB", "--name", "sig", "--",
+            "/bin/sh", "-c", script.c_str(), nullptr);
     ::_exit(127);
   }
-  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(
+      wait_until([&] { return std::filesystem::exists(marker); }, std::chrono::seconds(20)));
   EXPECT_TRUE(broker.tenant_status("sig"));  // the tenant exists while the command runs
   ::kill(pid, SIGTERM);
   int status = 0;
@@ -129,14 +132,17 @@ TEST_F(CliTest, RunWithoutMemoryGetsWhatOtherTenantsAreNotGuaranteed) {
   d = device_of({"--memory-request", "2GiB"}, "guaranteed");
   EXPECT_EQ(d.value("memory_limit", 0ull), total - 6 * kGiB) << d.dump();
   EXPECT_EQ(d.value("memory_request", 0ull), 2 * kGiB) << d.dump();
-  EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].size() == 1u);  // both deleted afterwards
+  EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].size() ==
+              1u);  // both deleted afterwards
 
   ASSERT_TRUE(broker.create_tenant("rest", total - 6 * kGiB, total - 6 * kGiB));
   const std::string marker = (scratch.path() / "ran").string();
   auto r = fracgpu({"run", "--", "/bin/sh", "-c", "touch " + marker}, env);
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
-  EXPECT_NE(r.err.find("no memory of GPU 0 is left for a tenant without a memory limit"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no memory of GPU 0 is left for a tenant without a memory limit"),
+            std::string::npos)
+      << r.err;
   EXPECT_FALSE(std::filesystem::exists(marker));
 }
 
@@ -144,7 +150,8 @@ TEST_F(CliTest, CapLargerThanGpuIsRefused) {
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
   const std::string marker = (scratch.path() / "ran").string();
-  auto r = fracgpu({"run", "--memory", "17GiB", "--", "/bin/sh", "-c", "touch " + marker}, broker.env());
+  auto r =
+      fracgpu({"run", "--memory", "17GiB", "--", "/bin/sh", "-c", "touch " + marker}, broker.env());
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("larger than GPU 0's capacity"), std::string::npos) << r.err;
@@ -154,11 +161,14 @@ TEST_F(CliTest, CapLargerThanGpuIsRefused) {
 TEST_F(CliTest, PrivateBrokerWhenNoneRuns) {
   const auto tmp = scratch.path() / "tmp";
   std::filesystem::create_directories(tmp);
-  std::map<std::string, std::string> env = {{"FRACGPU_REAL_DRIVER", FRACGPU_TEST_FAKE_DRIVER},
-                                            {"FAKECUDA_SHM_NAME", "/fgb-cli-" + std::to_string(::getpid())},
-                                            {"FAKECUDA_MEMORY", "16GiB"},
-                                            {"TMPDIR", tmp.string()}};
-  auto r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "test -S \"$FRACGPU_SOCKET\" && exit 7"}, env);
+  std::map<std::string, std::string> env = {
+      {"FRACGPU_REAL_DRIVER", FRACGPU_TEST_FAKE_DRIVER},
+      {"FAKECUDA_SHM_NAME", "/fgb-cli-" + std::to_string(::getpid())},
+      {"FAKECUDA_MEMORY", "16GiB"},
+      {"TMPDIR", tmp.string()}};
+  auto r = fracgpu(
+      {"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "test -S \"$FRACGPU_SOCKET\" && exit 7"},
+      env);
   EXPECT_EQ(r.status, 7) << r.err;
   EXPECT_TRUE(std::filesystem::is_empty(tmp));  // the private broker's directory is gone
   r = fracgpu({"run", "--memory", "20GiB", "--", "true"}, env);
@@ -168,7 +178,8 @@ TEST_F(CliTest, PrivateBrokerWhenNoneRuns) {
 }
 
 TEST_F(CliTest, NoGpuSaysSoClearly) {
-  auto r = fracgpu({"run", "--memory", "1GiB", "--", "true"}, {{"FRACGPU_REAL_DRIVER", "/nonexistent/libcuda.so.1"}});
+  auto r = fracgpu({"run", "--memory", "1GiB", "--", "true"},
+                   {{"FRACGPU_REAL_DRIVER", "/nonexistent/libcuda.so.1"}});
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("no NVIDIA GPU or CUDA driver found"), std::string::npos) << r.err;
@@ -178,7 +189,9 @@ TEST_F(CliTest, StatusAndTenantCommands) {
   BrokerProcess broker;
   ASSERT_TRUE(broker.start()) << broker.log();
   auto env = broker.env();
-  auto r = fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--memory-request", "1GiB", "--compute", "30%"}, env);
+  auto r = fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--memory-request", "1GiB",
+                    "--compute", "30%"},
+                   env);
   ASSERT_EQ(r.status, 0) << r.err;
   r = fracgpu({"tenant", "update", "web", "--memory", "3GiB"}, env);
   ASSERT_EQ(r.status, 0) << r.err;

@@ -3,6 +3,8 @@
 // fixed time after a revoke, and count the time their work actually ran. Shares,
 // work conservation, ceilings, classes and in-flight bounds are checked against the
 // time each fake held, not against the scheduler's own bookkeeping.
+#include "core/gpu_scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "fracgpu/burst_guard.h"  // the shim's decision
-#include "core/gpu_scheduler.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -31,14 +32,17 @@ class FakeTenant final : public SchedulingPort {
   int grants = 0;      // times it was granted the GPU
 
   uint32_t waiting() const override { return wants && !granted() ? 1 : 0; }
-  bool launched_since(uint32_t epoch) const override { return alive && epoch_at_or_after(launched_epoch_, epoch); }
+  bool launched_since(uint32_t epoch) const override {
+    return alive && epoch_at_or_after(launched_epoch_, epoch);
+  }
   bool drained(uint32_t, uint32_t revoke_epoch) const override {
     return epoch_at_or_after(drained_epoch_, revoke_epoch);
   }
   bool has_processes() const override { return alive; }
   uint32_t current_word() const override { return word_; }
   void publish(uint32_t word, uint32_t limit_us) override {
-    if ((word_ & kGrantGranted) && !(word & kGrantGranted)) draining_until_ = now_ + (in_flight_ ? drain_ns_ : 0);
+    if ((word_ & kGrantGranted) && !(word & kGrantGranted))
+      draining_until_ = now_ + (in_flight_ ? drain_ns_ : 0);
     if (!(word_ & kGrantGranted) && (word & kGrantGranted)) ++grants;
     word_ = word;
     limit_us_ = limit_us;
@@ -194,7 +198,8 @@ TEST(GpuScheduler, SteadyContentionHandsOverOncePerSlice) {
     sim.run_for(500 * kMs);
     const int before = a.grants + b.grants;
     sim.run_for(1000 * kMs);
-    EXPECT_LE(a.grants + b.grants - before, 52) << light << "/" << 100 - light << ": 20 ms slices in 1 s";
+    EXPECT_LE(a.grants + b.grants - before, 52)
+        << light << "/" << 100 - light << ": 20 ms slices in 1 s";
   }
 }
 
@@ -389,10 +394,10 @@ struct LatencyLoop {
   int64_t kernel_end = 0;  // the batch's kernel on the GPU runs until then
   bool held = false;       // the batch's next launch waits for the burst guard
   BurstGuardView held_for;
-  int64_t batch_ns = 0;    // GPU time of the batch's kernels
+  int64_t batch_ns = 0;  // GPU time of the batch's kernels
   bool in_request = false;
-  int64_t arrival = 0;     // of the next request
-  int64_t done = 0;        // the current request completes then
+  int64_t arrival = 0;         // of the next request
+  int64_t done = 0;            // the current request completes then
   std::vector<bool> collided;  // per request: it waited for a batch kernel
   int64_t jitter_ns = 0;       // think time varies by up to this (uniform, fixed seed)
   uint64_t seed = 12345;
@@ -425,8 +430,10 @@ struct LatencyLoop {
     }
     for (auto& [name, t] : sim.tenants) t->tick(now);
     sim.scheduler.step(now);
-    if (batch->wants && batch->granted() && kernel_end <= now) {  // its previous kernel is done: next launch
-      if (!held && guard_holds(batch->guard, now, static_cast<double>(kernel_ns), batch->limit_us() * 1000.0)) {
+    if (batch->wants && batch->granted() &&
+        kernel_end <= now) {  // its previous kernel is done: next launch
+      if (!held && guard_holds(batch->guard, now, static_cast<double>(kernel_ns),
+                               batch->limit_us() * 1000.0)) {
         held = true;
         held_for = batch->guard;
       }
@@ -473,11 +480,12 @@ TEST(GpuScheduler, BurstGuardRecoversFromOneLateRequest) {
     const int64_t start = loop.sim.now;
     const int64_t batch_before = loop.batch_ns;
     loop.serve(500);
-    const double throughput =
-        static_cast<double>(loop.batch_ns - batch_before) / static_cast<double>(loop.sim.now - start);
+    const double throughput = static_cast<double>(loop.batch_ns - batch_before) /
+                              static_cast<double>(loop.sim.now - start);
     const int collisions = loop.collisions_since(first);
-    std::printf("steady state, think +0..%lld us: %d collided of 500, the batch keeps %.3f of the GPU\n",
-                static_cast<long long>(jitter / 1000), collisions, throughput);
+    std::printf(
+        "steady state, think +0..%lld us: %d collided of 500, the batch keeps %.3f of the GPU\n",
+        static_cast<long long>(jitter / 1000), collisions, throughput);
     EXPECT_EQ(collisions, 0);
     EXPECT_GE(throughput, (jitter == 0 ? 0.775 : 0.72));  // 1.65 ms of every 2.12 (+ the jitter)
   }
@@ -505,7 +513,8 @@ TEST(GpuScheduler, BurstGuardLearnsWhileTheBatchRuns) {
   const std::size_t first = loop.collided.size();
   loop.serve(300);
   const int after = loop.collisions_since(first);
-  std::printf("learning next to the batch: %d collided of the first 30, %d of the next 300\n", learning, after);
+  std::printf("learning next to the batch: %d collided of the first 30, %d of the next 300\n",
+              learning, after);
   EXPECT_EQ(after, 0);
 }
 

@@ -30,14 +30,19 @@ class Worker {
   Worker(MemoryTenant& t, uint32_t slot, unsigned seed) : t_(t), slot_(slot), rng_(seed) {}
   ~Worker() { join(); }
 
-  void start() { thread_ = std::thread([this] { loop(); }); }
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
   // Dies when it next reaches `point`: 0 between operations, 1-3 inside a reserve,
   // 4-5 inside a release.
   void kill(int point) {
     kill_at_ = point;
     join();
   }
-  void stop() { stopping_ = true; join(); }
+  void stop() {
+    stopping_ = true;
+    join();
+  }
   void join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -98,7 +103,8 @@ class Worker {
     while (pause.load() && !dying() && !stopping_.load()) {
       const uint64_t e = epoch.load();
       parked_epoch_.store(e);
-      while (pause.load() && epoch.load() == e && !dying() && !stopping_.load()) std::this_thread::yield();
+      while (pause.load() && epoch.load() == e && !dying() && !stopping_.load())
+        std::this_thread::yield();
     }
   }
 
@@ -109,7 +115,8 @@ class Worker {
                           ? reserve((rng_() % 16 + 1) * kMiB)
                           : release();
       if (!ok) return;
-      if (rng_() % 4 == 0) std::this_thread::yield();  // real processes do other work between allocations
+      if (rng_() % 4 == 0)
+        std::this_thread::yield();  // real processes do other work between allocations
     }
   }
 
@@ -190,7 +197,8 @@ TEST_F(ReconcileRace, ExactAfterEveryReclaim) {
   }
   for (auto& w : workers) w->stop();
   EXPECT_EQ(tenant.used(), truth());
-  EXPECT_EQ(ledger::live_process_count(*tenant.ledger), static_cast<uint32_t>(kWorkers) + 1);  // + fixture's slot
+  EXPECT_EQ(ledger::live_process_count(*tenant.ledger),
+            static_cast<uint32_t>(kWorkers) + 1);  // + fixture's slot
   while (!workers.empty()) kill_and_reclaim(0, 0);
   EXPECT_EQ(tenant.used(), 0u);
   EXPECT_GT(mid_operation_deaths, 10);  // both reclaim paths were exercised
@@ -246,7 +254,8 @@ TEST(LedgerSlots, ClaimReusesLiveSlotOfSameProcess) {
 
 TEST(LedgerSlots, FullLedgerRefusesAndDeadSlotsAreFreed) {
   MemoryTenant t{"t", 0, kMiB, kMiB};  // slot 0 taken by the fixture
-  for (uint32_t i = 1; i < kMaxProcesses; ++i) ASSERT_TRUE(ledger::claim_slot(*t.ledger, 10000 + i, 1));
+  for (uint32_t i = 1; i < kMaxProcesses; ++i)
+    ASSERT_TRUE(ledger::claim_slot(*t.ledger, 10000 + i, 1));
   EXPECT_FALSE(ledger::claim_slot(*t.ledger, 99999, 1));
   t.ledger->processes[7].used[0] = 123;
   t.ledger->devices[0].used = 123;

@@ -2,6 +2,8 @@
 // tenant A limit 60 / request 40, tenant B limit 60 / request 30, so 10 GiB are
 // unguaranteed. Guarantees are always reachable without the broker; bursts share the
 // 10 GiB; idle bursts are reclaimed, never below what is in use.
+#include "core/memory_arbiter.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/memory_arbiter.h"
 #include "test_segments.h"
 
 namespace fracgpu::broker {
@@ -25,7 +26,9 @@ class ArbiterExample : public ::testing::Test {
   MemoryTenant b{"b", 0, 60 * kGiB, 30 * kGiB};
   MemoryArbiter arbiter{{80 * kGiB}};
   std::vector<ArbiterMember> all() const { return {a.member(), b.member()}; }
-  Result<uint64_t> burst(MemoryTenant& t, uint64_t bytes) { return arbiter.burst(all(), t.member(), 0, bytes); }
+  Result<uint64_t> burst(MemoryTenant& t, uint64_t bytes) {
+    return arbiter.burst(all(), t.member(), 0, bytes);
+  }
 };
 
 TEST_F(ArbiterExample, GuaranteesNeedNoBroker) {

@@ -59,7 +59,8 @@ TEST_F(Persistence, StateStoreRoundTrip) {
   ASSERT_TRUE(store.prepare().ok());
   auto a = tenant_spec_from_json(json::parse(
       R"({"name":"a","devices":[{"gpu":0,"memory_limit":100,"memory_request":50,"compute":30,"compute_limit":60,"priority":"low","uuid":"GPU-x"}]})"));
-  auto b = tenant_spec_from_json(json::parse(R"({"name":"b","devices":[{"gpu":0,"memory_limit":7}]})"));
+  auto b =
+      tenant_spec_from_json(json::parse(R"({"name":"b","devices":[{"gpu":0,"memory_limit":7}]})"));
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(store.save({&*a, &*b}).ok());
   const auto loaded = store.load();
@@ -79,7 +80,8 @@ TEST_F(Persistence, CorruptStateIsMovedAsideNotFatal) {
 TEST_F(Persistence, RegistryCreatesFilesWithModes) {
   TenantRegistry registry(config, gpus);
   ASSERT_TRUE(registry.prepare().ok());
-  auto t = registry.create(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1073741824}]})"));
+  auto t = registry.create(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1073741824}]})"));
   ASSERT_TRUE(t.ok()) << t.error();
   EXPECT_EQ(mode_of((*t)->dir), 0755u);
   EXPECT_EQ(mode_of((*t)->dir / "quota"), 0644u);
@@ -94,7 +96,8 @@ TEST_F(Persistence, RegistryCreatesFilesWithModes) {
   EXPECT_EQ(q.devices[0].context_footprint.load(), 300u << 20);
   EXPECT_EQ(q.devices[0].compute_weight.load(), 100u);
   EXPECT_GE(q.generation.load(), 1u);
-  EXPECT_FALSE(registry.create(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1}]})")).ok());
+  EXPECT_FALSE(
+      registry.create(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1}]})")).ok());
 }
 
 TEST_F(Persistence, RestartKeepsTenantsCountersAndSlots) {
@@ -108,7 +111,9 @@ TEST_F(Persistence, RestartKeepsTenantsCountersAndSlots) {
     slot = *ledger::claim_slot((*t)->ledger(), 4242, 99);
     (*t)->quota().devices[0].memory_grant = 3 * kGiB;  // a burst was granted
     ASSERT_TRUE(ledger::reserve((*t)->ledger(), (*t)->quota(), slot, 0, 2 * kGiB));
-    ASSERT_TRUE(registry.create(json::parse(R"({"name":"b","devices":[{"gpu":0,"memory_limit":1024}]})")).ok());
+    ASSERT_TRUE(
+        registry.create(json::parse(R"({"name":"b","devices":[{"gpu":0,"memory_limit":1024}]})"))
+            .ok());
     ASSERT_TRUE(registry.remove("b").ok());
   }
   TenantRegistry restarted(config, gpus);
@@ -134,13 +139,18 @@ TEST_F(Persistence, UpdateKeepsGrantWithinNewBounds) {
       R"({"name":"a","devices":[{"gpu":0,"memory_limit":8589934592,"memory_request":1073741824}]})"));
   ASSERT_TRUE(t.ok());
   (*t)->quota().devices[0].memory_grant = 6 * kGiB;
-  auto u = registry.update(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":4294967296}]})"));
+  auto u = registry.update(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":4294967296}]})"));
   ASSERT_TRUE(u.ok()) << u.error();
   EXPECT_EQ((*u)->quota().devices[0].memory_grant.load(), 4 * kGiB);
-  auto v = registry.update(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_request":4294967296}]})"));
+  auto v = registry.update(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_request":4294967296}]})"));
   ASSERT_TRUE(v.ok()) << v.error();
   EXPECT_EQ((*v)->quota().devices[0].memory_grant.load(), 4 * kGiB);
-  EXPECT_FALSE(registry.update(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":34359738368}]})")).ok());
+  EXPECT_FALSE(
+      registry
+          .update(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":34359738368}]})"))
+          .ok());
   EXPECT_FALSE(registry.update(json::parse(R"({"name":"zz","devices":[]})")).ok());
 }
 

@@ -1,8 +1,8 @@
 // Sizes and percentages as users type them: every accepted form, and every kind of
 // bad input rejected with a sentence naming the flag.
-#include <gtest/gtest.h>
-
 #include "core/quantity_parser.h"
+
+#include <gtest/gtest.h>
 
 namespace fracgpu::broker {
 namespace {
@@ -60,7 +60,7 @@ TEST(ParseSize, RejectsNegativeZeroAndGarbage) {
   EXPECT_NE(size_error("8G").find("unknown unit"), std::string::npos);  // ambiguous: GiB or GB?
   EXPECT_NE(size_error("8Gi").find("unknown unit"), std::string::npos);
   EXPECT_FALSE(size_error("").empty());
-  EXPECT_FALSE(size_error("1.5").empty());   // fractional bytes
+  EXPECT_FALSE(size_error("1.5").empty());  // fractional bytes
   EXPECT_FALSE(size_error("1.GiB").empty());
   EXPECT_FALSE(size_error("1e9").empty());
   EXPECT_FALSE(size_error("1GiB2").empty());

@@ -34,7 +34,10 @@ json device(unsigned gpu, unsigned weight, const char* priority, unsigned ceilin
 json tenant(const std::string& name, std::vector<json> devices, unsigned processes = 1) {
   json procs = json::array();
   for (unsigned i = 0; i < processes; ++i) procs.push_back({{"pid", 100 + i}, {"slot", i}});
-  return {{"name", name}, {"devices", devices}, {"processes", procs}, {"socket", "/run/fracgpu/x/broker.sock"}};
+  return {{"name", name},
+          {"devices", devices},
+          {"processes", procs},
+          {"socket", "/run/fracgpu/x/broker.sock"}};
 }
 
 json with_measurements(json d, double share, double seconds, const char* state) {
@@ -59,9 +62,15 @@ json canned_reply(bool measured) {
   tenants.push_back(tenant("batch-a", {m(device(0, 10, "low"), 0.0, 0.0, "waiting")}));
   tenants.push_back(tenant("batch-b", {m(device(0, 20, "low"), 0.0, 0.0, "waiting")}));
   json gpus = json::array();
-  gpus.push_back({{"index", 0}, {"uuid", "GPU-0000"}, {"name", "Simulated"}, {"memory_total", 16ull << 30},
+  gpus.push_back({{"index", 0},
+                  {"uuid", "GPU-0000"},
+                  {"name", "Simulated"},
+                  {"memory_total", 16ull << 30},
                   {"memory_capacity", 16ull << 30}});
-  gpus.push_back({{"index", 1}, {"uuid", "GPU-0001"}, {"name", "Simulated"}, {"memory_total", 16ull << 30},
+  gpus.push_back({{"index", 1},
+                  {"uuid", "GPU-0001"},
+                  {"name", "Simulated"},
+                  {"memory_total", 16ull << 30},
                   {"memory_capacity", 16ull << 30}});
   return {{"tenants", tenants}, {"gpus", gpus}};
 }
@@ -93,13 +102,16 @@ std::map<std::string, std::string> row(const std::string& text, const std::strin
       continue;
     }
     std::vector<std::size_t> offsets;
-    for (const auto& name : head) offsets.push_back(lines[h].find(name, offsets.empty() ? 0 : offsets.back() + 1));
+    for (const auto& name : head)
+      offsets.push_back(lines[h].find(name, offsets.empty() ? 0 : offsets.back() + 1));
     for (std::size_t r = h + 1; r < lines.size() && !lines[r].empty(); ++r) {
       std::map<std::string, std::string> cells;
       for (std::size_t c = 0; c < head.size(); ++c) {
         const std::size_t from = offsets[c];
         const std::size_t to = c + 1 < head.size() ? offsets[c + 1] : std::string::npos;
-        std::string cell = from < lines[r].size() ? lines[r].substr(from, to == std::string::npos ? to : to - from) : "";
+        std::string cell = from < lines[r].size()
+                               ? lines[r].substr(from, to == std::string::npos ? to : to - from)
+                               : "";
         while (!cell.empty() && cell.back() == ' ') cell.pop_back();
         cells[head[c]] = cell;
       }
@@ -112,14 +124,14 @@ std::map<std::string, std::string> row(const std::string& text, const std::strin
 TEST(PromisedShare, WeightOverSumWithinGpuAndClass) {
   const json reply = canned_reply(true);
   const json& t = reply["tenants"];
-  EXPECT_EQ(promised_share(reply, t[0]["devices"][0]), "60%");   // 60 / (60+30+10)
+  EXPECT_EQ(promised_share(reply, t[0]["devices"][0]), "60%");  // 60 / (60+30+10)
   EXPECT_EQ(promised_share(reply, t[1]["devices"][0]), "30%");
   EXPECT_EQ(promised_share(reply, t[2]["devices"][0]), "10%");
-  EXPECT_EQ(promised_share(reply, t[0]["devices"][1]), "100%");  // alone on GPU 1
-  EXPECT_EQ(promised_share(reply, t[3]["devices"][0]), "prio");  // high
-  EXPECT_EQ(promised_share(reply, t[4]["devices"][0]), "33.3%"); // low: 10 / (10+20)
+  EXPECT_EQ(promised_share(reply, t[0]["devices"][1]), "100%");   // alone on GPU 1
+  EXPECT_EQ(promised_share(reply, t[3]["devices"][0]), "prio");   // high
+  EXPECT_EQ(promised_share(reply, t[4]["devices"][0]), "33.3%");  // low: 10 / (10+20)
   EXPECT_EQ(promised_share(reply, t[5]["devices"][0]), "66.7%");
-  EXPECT_EQ(promised_share(reply, json{{"gpu", 0}}), "-");        // no weight reported
+  EXPECT_EQ(promised_share(reply, json{{"gpu", 0}}), "-");  // no weight reported
 }
 
 TEST(StatusTable, ComputeColumnsFromTheBroker) {
@@ -156,7 +168,8 @@ TEST(StatusTable, OlderBrokerWithoutMeasurementsShowsDashes) {
   EXPECT_EQ(r["MEASURED"], "-");
   EXPECT_EQ(r["GPU-TIME"], "-");
   EXPECT_EQ(r["STATE"], "-");
-  EXPECT_NE(format_status_table(json{{"gpus", json::array()}}).find("no tenants"), std::string::npos);
+  EXPECT_NE(format_status_table(json{{"gpus", json::array()}}).find("no tenants"),
+            std::string::npos);
 }
 
 TEST(TenantTable, OneTenantOrAll) {
@@ -183,11 +196,15 @@ TEST(TopFrame, HeaderGpusAndTenants) {
   EXPECT_NE(lines[0].find("12:34:56"), std::string::npos) << frame;
   EXPECT_NE(lines[0].find("every 0.5s"), std::string::npos) << frame;
   // GPU 0: 0.598 + 0.301 + 0 + 0.1 + 0 + 0 busy; 6 tenants.
-  EXPECT_NE(frame.find("GPU 0  Simulated  memory 3 GiB of 16 GiB  6 tenants  busy 99.9%"), std::string::npos) << frame;
-  EXPECT_NE(frame.find("GPU 1  Simulated  memory 512 MiB of 16 GiB  1 tenant  busy 99.9%"), std::string::npos)
+  EXPECT_NE(frame.find("GPU 0  Simulated  memory 3 GiB of 16 GiB  6 tenants  busy 99.9%"),
+            std::string::npos)
+      << frame;
+  EXPECT_NE(frame.find("GPU 1  Simulated  memory 512 MiB of 16 GiB  1 tenant  busy 99.9%"),
+            std::string::npos)
       << frame;
   EXPECT_EQ(row(frame, "MEASURED", "inference", "0")["MEASURED"], "30.1%");
-  EXPECT_EQ(frame.find('\033'), std::string::npos);  // the screen is cleared by run_top, on a terminal only
+  EXPECT_EQ(frame.find('\033'),
+            std::string::npos);  // the screen is cleared by run_top, on a terminal only
   const std::string old = format_top_frame(canned_reply(false), "12:34:56", 1);
   EXPECT_NE(old.find("busy -"), std::string::npos) << old;
 }

@@ -1,8 +1,8 @@
 // Tenant names and the TENANT JSON: defaults (request = limit), strict types and
 // ranges, unknown fields refused, and partial updates.
-#include <gtest/gtest.h>
-
 #include "core/tenant_spec.h"
+
+#include <gtest/gtest.h>
 
 namespace fracgpu::broker {
 namespace {
@@ -10,23 +10,26 @@ namespace {
 using nlohmann::json;
 
 TEST(TenantName, Valid) {
-  for (const char* name : {"a", "0", "run-1234", "team.a_b-c", "x0123456789012345678901234567890123456789012345678901234567890y"}) {
+  for (const char* name : {"a", "0", "run-1234", "team.a_b-c",
+                           "x0123456789012345678901234567890123456789012345678901234567890y"}) {
     EXPECT_TRUE(validate_tenant_name(name).ok()) << name;
   }
 }
 
 TEST(TenantName, Invalid) {
   const std::string too_long(64, 'a');
-  for (const std::string& name : {std::string(), too_long, std::string("A"), std::string("-a"), std::string(".a"),
-                                  std::string("_a"), std::string("a/b"), std::string("a b"), std::string("ä"),
-                                  std::string("a\nb"), std::string(".."), std::string("Tenant")}) {
+  for (const std::string& name :
+       {std::string(), too_long, std::string("A"), std::string("-a"), std::string(".a"),
+        std::string("_a"), std::string("a/b"), std::string("a b"), std::string("ä"),
+        std::string("a\nb"), std::string(".."), std::string("Tenant")}) {
     EXPECT_FALSE(validate_tenant_name(name).ok()) << name;
   }
   EXPECT_TRUE(validate_tenant_name(std::string(63, 'a')).ok());
 }
 
 TEST(TenantSpecJson, DefaultsRequestToLimit) {
-  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1000}]})"));
+  auto spec = tenant_spec_from_json(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1000}]})"));
   ASSERT_TRUE(spec.ok()) << spec.error();
   ASSERT_EQ(spec->devices.size(), 1u);
   EXPECT_EQ(spec->devices[0].memory_limit, 1000u);
@@ -39,7 +42,8 @@ TEST(TenantSpecJson, DefaultsRequestToLimit) {
 // "available" (fracgpu run without --memory): a limit admission fills in, request 0
 // unless given; only when creating, and only that word.
 TEST(TenantSpecJson, AvailableMemoryLimit) {
-  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
+  auto spec = tenant_spec_from_json(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
   ASSERT_TRUE(spec.ok()) << spec.error();
   EXPECT_EQ(spec->devices[0].memory_limit, kMemoryLimitAvailable);
   EXPECT_EQ(spec->devices[0].memory_request, 0u);
@@ -48,10 +52,14 @@ TEST(TenantSpecJson, AvailableMemoryLimit) {
   ASSERT_TRUE(spec.ok()) << spec.error();
   EXPECT_EQ(spec->devices[0].memory_request, 5000u);
   EXPECT_EQ(spec->devices[0].compute, 30u);
-  EXPECT_FALSE(tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"all"}]})")).ok());
-  auto existing = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
+  EXPECT_FALSE(tenant_spec_from_json(
+                   json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"all"}]})"))
+                   .ok());
+  auto existing = tenant_spec_from_json(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
   ASSERT_TRUE(existing.ok());
-  auto update = apply_tenant_update(*existing, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
+  auto update = apply_tenant_update(
+      *existing, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":"available"}]})"));
   ASSERT_FALSE(update.ok());
   EXPECT_NE(update.error().find("only for creating a tenant"), std::string::npos) << update.error();
 }
@@ -73,7 +81,8 @@ TEST(TenantSpecJson, RefusesCeilingOnHighPriority) {
   auto spec = tenant_spec_from_json(json::parse(
       R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"compute_limit":50,"priority":"high"}]})"));
   ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.error().find("cannot be combined with priority"), std::string::npos) << spec.error();
+  EXPECT_NE(spec.error().find("cannot be combined with priority"), std::string::npos)
+      << spec.error();
   auto high = tenant_spec_from_json(
       json::parse(R"({"name":"b","devices":[{"gpu":1,"memory_limit":1000,"priority":"high"}]})"));
   ASSERT_TRUE(high.ok()) << high.error();
@@ -128,27 +137,36 @@ TEST(TenantUpdate, ChangesOnlyGivenFields) {
   auto spec = tenant_spec_from_json(json::parse(
       R"({"name":"a","devices":[{"gpu":0,"memory_limit":100,"memory_request":60,"compute":30}]})"));
   ASSERT_TRUE(spec.ok());
-  auto updated = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":200}]})"));
+  auto updated = apply_tenant_update(
+      *spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":200}]})"));
   ASSERT_TRUE(updated.ok()) << updated.error();
   EXPECT_EQ(updated->devices[0].memory_limit, 200u);
   EXPECT_EQ(updated->devices[0].memory_request, 60u);  // kept
   EXPECT_EQ(updated->devices[0].compute, 30u);         // kept
 
-  auto lowered = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":40}]})"));
+  auto lowered = apply_tenant_update(
+      *spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":40}]})"));
   ASSERT_TRUE(lowered.ok()) << lowered.error();
   EXPECT_EQ(lowered->devices[0].memory_request, 40u);  // follows a limit that drops below it
 }
 
 TEST(TenantUpdate, AddsGpusAndValidates) {
-  auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
+  auto spec = tenant_spec_from_json(
+      json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":100}]})"));
   ASSERT_TRUE(spec.ok());
-  auto added = apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":1,"memory_limit":7}]})"));
+  auto added = apply_tenant_update(
+      *spec, json::parse(R"({"name":"a","devices":[{"gpu":1,"memory_limit":7}]})"));
   ASSERT_TRUE(added.ok()) << added.error();
   ASSERT_EQ(added->devices.size(), 2u);
   EXPECT_EQ(added->devices[1].memory_request, 7u);
-  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":1}]})")).ok());
-  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_request":101}]})")).ok());
-  EXPECT_FALSE(apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"compute":"x"}]})")).ok());
+  EXPECT_FALSE(
+      apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":1}]})")).ok());
+  EXPECT_FALSE(apply_tenant_update(
+                   *spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_request":101}]})"))
+                   .ok());
+  EXPECT_FALSE(
+      apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"compute":"x"}]})"))
+          .ok());
 }
 
 }  // namespace

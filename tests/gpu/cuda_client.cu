@@ -55,7 +55,9 @@ std::string jnum(double v) {
   return buf;
 }
 
-std::string jbool(bool v) { return v ? "true" : "false"; }
+std::string jbool(bool v) {
+  return v ? "true" : "false";
+}
 
 [[noreturn]] void fail(const char* fmt, ...) {
   char msg[2048];
@@ -65,27 +67,28 @@ std::string jbool(bool v) { return v ? "true" : "false"; }
   va_end(ap);
   std::fprintf(stderr, "cuda_client: FAIL: %s\n", msg);
   std::fflush(stderr);
-  std::printf("{\"client\":\"cuda_client\",\"ok\":false,\"error\":\"%s\"}\n", json_escape(msg).c_str());
+  std::printf("{\"client\":\"cuda_client\",\"ok\":false,\"error\":\"%s\"}\n",
+              json_escape(msg).c_str());
   std::fflush(stdout);
   std::exit(1);
 }
 
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess)                                                                    \
-      fail("%s:%d: %s -> %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(e_),          \
-           cudaGetErrorString(e_));                                                           \
+#define CK(call)                                                                    \
+  do {                                                                              \
+    cudaError_t e_ = (call);                                                        \
+    if (e_ != cudaSuccess)                                                          \
+      fail("%s:%d: %s -> %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
+           cudaGetErrorString(e_));                                                 \
   } while (0)
 
-#define CU(call)                                                                              \
-  do {                                                                                        \
-    CUresult r_ = (call);                                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                                 \
-      const char* n_ = nullptr;                                                               \
-      cuGetErrorName(r_, &n_);                                                                \
+#define CU(call)                                                                             \
+  do {                                                                                       \
+    CUresult r_ = (call);                                                                    \
+    if (r_ != CUDA_SUCCESS) {                                                                \
+      const char* n_ = nullptr;                                                              \
+      cuGetErrorName(r_, &n_);                                                               \
       fail("%s:%d: %s -> %s (%d)", __FILE__, __LINE__, #call, n_ ? n_ : "unknown", (int)r_); \
-    }                                                                                         \
+    }                                                                                        \
   } while (0)
 
 // Deterministic host data: values k/65536 - 0.5 are exact in float, and so are all the
@@ -109,7 +112,8 @@ constexpr int kReduceThreads = 256;
 __global__ void partial_sum_kernel(int n, const float* v, double* partials) {
   __shared__ double s[kReduceThreads];
   double acc = 0.0;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) acc += v[i];
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+    acc += v[i];
   s[threadIdx.x] = acc;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -132,9 +136,15 @@ __global__ void final_sum_kernel(int m, const double* partials, double* out) {
   if (threadIdx.x == 0) *out = s[0];
 }
 
-__host__ __device__ inline uint32_t graph_step_a(uint32_t v) { return v * 3u + 1u; }
-__host__ __device__ inline uint32_t graph_step_b(uint32_t v, uint32_t i) { return v ^ (i * 2654435761u); }
-__host__ __device__ inline uint32_t graph_step_c(uint32_t v) { return (v << 7) | (v >> 25); }
+__host__ __device__ inline uint32_t graph_step_a(uint32_t v) {
+  return v * 3u + 1u;
+}
+__host__ __device__ inline uint32_t graph_step_b(uint32_t v, uint32_t i) {
+  return v ^ (i * 2654435761u);
+}
+__host__ __device__ inline uint32_t graph_step_c(uint32_t v) {
+  return (v << 7) | (v >> 25);
+}
 
 __global__ void graph_a_kernel(int n, uint32_t* v) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -149,7 +159,9 @@ __global__ void graph_c_kernel(int n, uint32_t* v) {
   if (i < n) v[i] = graph_step_c(v[i]);
 }
 
-__host__ __device__ inline int coop_value(int i) { return i * 7 + 3; }
+__host__ __device__ inline int coop_value(int i) {
+  return i * 7 + 3;
+}
 
 // Writes a[], synchronises the whole grid, then reads neighbours written by other blocks.
 __global__ void coop_kernel(int* a, int* b, int n) {
@@ -206,8 +218,9 @@ std::string check_runtime(cudaStream_t stream) {
   }
   const double rel_err = std::fabs(sum_gpu - sum_ref) / std::max(std::fabs(sum_ref), 1e-30);
   const bool ok = max_err == 0.0 && rel_err <= 1e-12 && checksum == sum_ref;
-  return "{\"ok\":" + jbool(ok) + ",\"n\":" + std::to_string(n) + ",\"saxpy_max_err\":" + jnum(max_err) +
-         ",\"checksum\":" + jnum(checksum) + ",\"gpu_sum\":" + jnum(sum_gpu) + ",\"cpu_sum\":" + jnum(sum_ref) +
+  return "{\"ok\":" + jbool(ok) + ",\"n\":" + std::to_string(n) +
+         ",\"saxpy_max_err\":" + jnum(max_err) + ",\"checksum\":" + jnum(checksum) +
+         ",\"gpu_sum\":" + jnum(sum_gpu) + ",\"cpu_sum\":" + jnum(sum_ref) +
          ",\"sum_rel_err\":" + jnum(rel_err) + "}";
 }
 
@@ -253,8 +266,9 @@ std::string check_graph(cudaStream_t stream) {
     checksum += out[i];
   }
   const bool ok = mismatches == 0 && nodes == 3;
-  return "{\"ok\":" + jbool(ok) + ",\"nodes\":" + std::to_string(nodes) + ",\"launches\":" +
-         std::to_string(launches) + ",\"mismatches\":" + std::to_string(mismatches) +
+  return "{\"ok\":" + jbool(ok) + ",\"nodes\":" + std::to_string(nodes) +
+         ",\"launches\":" + std::to_string(launches) +
+         ",\"mismatches\":" + std::to_string(mismatches) +
          ",\"checksum\":" + std::to_string(checksum) + "}";
 }
 
@@ -273,8 +287,8 @@ std::string check_cooperative(cudaStream_t stream, int device) {
   CK(cudaMalloc(&db, n * sizeof(int)));
   CK(cudaMemsetAsync(db, 0, n * sizeof(int), stream));
   void* args[] = {&da, &db, &n};
-  CK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(coop_kernel), dim3(blocks), dim3(threads), args,
-                                 0, stream));
+  CK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(coop_kernel), dim3(blocks),
+                                 dim3(threads), args, 0, stream));
   CK(cudaStreamSynchronize(stream));
   std::vector<int> out(n);
   CK(cudaMemcpy(out.data(), db, n * sizeof(int), cudaMemcpyDeviceToHost));
@@ -287,9 +301,10 @@ std::string check_cooperative(cudaStream_t stream, int device) {
     if (out[i] != expect) ++mismatches;
     checksum += out[i];
   }
-  return "{\"ok\":" + jbool(mismatches == 0) + ",\"blocks\":" + std::to_string(blocks) + ",\"threads\":" +
-         std::to_string(threads) + ",\"mismatches\":" + std::to_string(mismatches) + ",\"checksum\":" +
-         std::to_string(checksum) + "}";
+  return "{\"ok\":" + jbool(mismatches == 0) + ",\"blocks\":" + std::to_string(blocks) +
+         ",\"threads\":" + std::to_string(threads) +
+         ",\"mismatches\":" + std::to_string(mismatches) +
+         ",\"checksum\":" + std::to_string(checksum) + "}";
 }
 
 // The driver API called directly (symbols resolved against libcuda.so.1 at load time),
@@ -346,16 +361,18 @@ std::string check_driver(std::string* info) {
   CU(cuDriverGetVersion(&driver_version));
   char name[256] = {0};
   CU(cuDeviceGetName(name, sizeof name - 1, dev));
-  *info += ",\"device\":\"" + json_escape(name) + "\",\"driver_version\":" + std::to_string(driver_version) +
+  *info += ",\"device\":\"" + json_escape(name) +
+           "\",\"driver_version\":" + std::to_string(driver_version) +
            ",\"free_bytes\":" + std::to_string(free_bytes);
 
-  const bool ok = mismatches == 0 && mismatches2 == 0 && free_bytes <= total_bytes && total_bytes > 0 &&
-                  device_total > 0;
+  const bool ok = mismatches == 0 && mismatches2 == 0 && free_bytes <= total_bytes &&
+                  total_bytes > 0 && device_total > 0;
   return "{\"ok\":" + jbool(ok) + ",\"current_is_primary\":" + jbool(current_is_primary) +
-         ",\"memcpy_mismatches\":" + std::to_string(mismatches) + ",\"mem_get_info_total\":" +
-         std::to_string(total_bytes) + ",\"device_total_mem\":" + std::to_string(device_total) +
-         ",\"free_le_total\":" + jbool(free_bytes <= total_bytes) + ",\"proc_address_alloc_mismatches\":" +
-         std::to_string(mismatches2) + "}";
+         ",\"memcpy_mismatches\":" + std::to_string(mismatches) +
+         ",\"mem_get_info_total\":" + std::to_string(total_bytes) +
+         ",\"device_total_mem\":" + std::to_string(device_total) +
+         ",\"free_le_total\":" + jbool(free_bytes <= total_bytes) +
+         ",\"proc_address_alloc_mismatches\":" + std::to_string(mismatches2) + "}";
 }
 
 int run_functional() {
@@ -377,9 +394,11 @@ int run_functional() {
 
   auto sub_ok = [](const std::string& s) { return s.rfind("{\"ok\":true", 0) == 0; };
   const bool ok = sub_ok(runtime) && sub_ok(graph) && sub_ok(coop) && sub_ok(driver);
-  std::printf("{\"client\":\"cuda_client\",\"ok\":%s,\"runtime\":%s,\"graph\":%s,\"cooperative\":%s,"
-              "\"driver\":%s,\"info\":{%s}}\n",
-              jbool(ok).c_str(), runtime.c_str(), graph.c_str(), coop.c_str(), driver.c_str(), info.c_str());
+  std::printf(
+      "{\"client\":\"cuda_client\",\"ok\":%s,\"runtime\":%s,\"graph\":%s,\"cooperative\":%s,"
+      "\"driver\":%s,\"info\":{%s}}\n",
+      jbool(ok).c_str(), runtime.c_str(), graph.c_str(), coop.c_str(), driver.c_str(),
+      info.c_str());
   std::fflush(stdout);
   return ok ? 0 : 1;
 }
@@ -405,9 +424,10 @@ int run_launch_rate(long n) {
   std::sort(sorted.begin(), sorted.end());
   std::string list;
   for (int r = 0; r < reps; ++r) list += (r ? "," : "") + jnum(ns[r]);
-  std::printf("{\"client\":\"cuda_client\",\"mode\":\"launch-rate\",\"ok\":true,\"n\":%ld,\"warmup\":%ld,"
-              "\"ns_per_launch\":%s,\"reps_ns\":[%s]}\n",
-              n, warm, jnum(sorted[reps / 2]).c_str(), list.c_str());
+  std::printf(
+      "{\"client\":\"cuda_client\",\"mode\":\"launch-rate\",\"ok\":true,\"n\":%ld,\"warmup\":%ld,"
+      "\"ns_per_launch\":%s,\"reps_ns\":[%s]}\n",
+      n, warm, jnum(sorted[reps / 2]).c_str(), list.c_str());
   std::fflush(stdout);
   return 0;
 }

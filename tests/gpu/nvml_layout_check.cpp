@@ -5,20 +5,21 @@
 //       tests/gpu/nvml_layout_check.cpp   (one command line)
 //
 // Every static_assert names what differs. Nothing here runs.
+#include <nvml.h>
+
 #include <cstddef>
 #include <type_traits>
-
-#include <nvml.h>
 
 #include "nvml_types.h"
 
 namespace ours = fracgpu::nvml;
 
-#define FRACGPU_SAME_FIELD(real, mine, field)                                                   \
-  static_assert(offsetof(real, field) == offsetof(mine, field),                                 \
-                "offset of " #real "::" #field " differs from " #mine);                         \
-  static_assert(sizeof(real::field) == sizeof(mine::field), "size of " #real "::" #field " differs"); \
-  static_assert(std::is_same_v<decltype(real::field), decltype(mine::field)>,                   \
+#define FRACGPU_SAME_FIELD(real, mine, field)                                 \
+  static_assert(offsetof(real, field) == offsetof(mine, field),               \
+                "offset of " #real "::" #field " differs from " #mine);       \
+  static_assert(sizeof(real::field) == sizeof(mine::field),                   \
+                "size of " #real "::" #field " differs");                     \
+  static_assert(std::is_same_v<decltype(real::field), decltype(mine::field)>, \
                 "type of " #real "::" #field " differs")
 
 // nvmlMemory_t (nvmlDeviceGetMemoryInfo)
@@ -30,7 +31,8 @@ FRACGPU_SAME_FIELD(nvmlMemory_t, ours::Memory, used);
 
 // nvmlMemory_v2_t (nvmlDeviceGetMemoryInfo_v2)
 static_assert(sizeof(nvmlMemory_v2_t) == sizeof(ours::MemoryV2), "sizeof(nvmlMemory_v2_t) differs");
-static_assert(alignof(nvmlMemory_v2_t) == alignof(ours::MemoryV2), "alignof(nvmlMemory_v2_t) differs");
+static_assert(alignof(nvmlMemory_v2_t) == alignof(ours::MemoryV2),
+              "alignof(nvmlMemory_v2_t) differs");
 FRACGPU_SAME_FIELD(nvmlMemory_v2_t, ours::MemoryV2, version);
 FRACGPU_SAME_FIELD(nvmlMemory_v2_t, ours::MemoryV2, total);
 FRACGPU_SAME_FIELD(nvmlMemory_v2_t, ours::MemoryV2, reserved);
@@ -40,26 +42,36 @@ static_assert(nvmlMemory_v2 == ours::kMemoryV2Version, "nvmlMemory_v2 (struct ve
 
 // Return codes and sizes
 static_assert(NVML_SUCCESS == ours::kSuccess, "NVML_SUCCESS differs");
-static_assert(NVML_ERROR_UNINITIALIZED == ours::kErrorUninitialized, "NVML_ERROR_UNINITIALIZED differs");
-static_assert(NVML_ERROR_INVALID_ARGUMENT == ours::kErrorInvalidArgument, "NVML_ERROR_INVALID_ARGUMENT differs");
-static_assert(NVML_ERROR_FUNCTION_NOT_FOUND == ours::kErrorFunctionNotFound, "NVML_ERROR_FUNCTION_NOT_FOUND differs");
+static_assert(NVML_ERROR_UNINITIALIZED == ours::kErrorUninitialized,
+              "NVML_ERROR_UNINITIALIZED differs");
+static_assert(NVML_ERROR_INVALID_ARGUMENT == ours::kErrorInvalidArgument,
+              "NVML_ERROR_INVALID_ARGUMENT differs");
+static_assert(NVML_ERROR_FUNCTION_NOT_FOUND == ours::kErrorFunctionNotFound,
+              "NVML_ERROR_FUNCTION_NOT_FOUND differs");
 static_assert(NVML_ERROR_ARGUMENT_VERSION_MISMATCH == ours::kErrorArgumentVersionMismatch,
               "NVML_ERROR_ARGUMENT_VERSION_MISMATCH differs");
-static_assert(NVML_DEVICE_UUID_V2_BUFFER_SIZE == ours::kUuidBufferSize, "NVML_DEVICE_UUID_V2_BUFFER_SIZE differs");
+static_assert(NVML_DEVICE_UUID_V2_BUFFER_SIZE == ours::kUuidBufferSize,
+              "NVML_DEVICE_UUID_V2_BUFFER_SIZE differs");
 static_assert(sizeof(nvmlReturn_t) == sizeof(ours::Return), "nvmlReturn_t is not int-sized");
 static_assert(sizeof(nvmlDevice_t) == sizeof(ours::Device), "nvmlDevice_t is not pointer-sized");
 
 // The real functions take exactly the structs compared above (the shim's function-pointer
 // types in nvml_types.h mirror these with Return = int and Device = an opaque pointer).
-static_assert(std::is_same_v<decltype(&nvmlDeviceGetMemoryInfo), nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>,
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetMemoryInfo),
+                             nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>,
               "nvmlDeviceGetMemoryInfo has another signature");
-static_assert(std::is_same_v<decltype(&nvmlDeviceGetMemoryInfo_v2), nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>,
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetMemoryInfo_v2),
+                             nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>,
               "nvmlDeviceGetMemoryInfo_v2 has another signature");
-static_assert(std::is_same_v<decltype(&nvmlDeviceGetUUID), nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int)>,
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetUUID),
+                             nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int)>,
               "nvmlDeviceGetUUID has another signature");
-static_assert(std::is_same_v<ours::GetMemoryInfoFn, ours::Return (*)(ours::Device, ours::Memory*)> &&
-                  std::is_same_v<ours::GetMemoryInfoV2Fn, ours::Return (*)(ours::Device, ours::MemoryV2*)> &&
-                  std::is_same_v<ours::GetUuidFn, ours::Return (*)(ours::Device, char*, unsigned int)>,
-              "nvml_types.h function-pointer types changed: update this check");
+static_assert(
+    std::is_same_v<ours::GetMemoryInfoFn, ours::Return (*)(ours::Device, ours::Memory*)> &&
+        std::is_same_v<ours::GetMemoryInfoV2Fn, ours::Return (*)(ours::Device, ours::MemoryV2*)> &&
+        std::is_same_v<ours::GetUuidFn, ours::Return (*)(ours::Device, char*, unsigned int)>,
+    "nvml_types.h function-pointer types changed: update this check");
 
-int main() { return 0; }
+int main() {
+  return 0;
+}

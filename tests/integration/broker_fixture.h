@@ -35,7 +35,9 @@ class BrokerFixture : public ShimFixture {
 
   std::string run_dir() const { return dir_.path() + "/run"; }
   std::string state_dir() const { return dir_.path() + "/state"; }
-  std::string tenant_socket(const std::string& name) const { return client::tenant_socket_path(run_dir(), name); }
+  std::string tenant_socket(const std::string& name) const {
+    return client::tenant_socket_path(run_dir(), name);
+  }
 
   void start_broker() {
     client::BrokerLaunch launch;
@@ -57,7 +59,8 @@ class BrokerFixture : public ShimFixture {
     return run_process(args, base_env_, std::chrono::seconds(30));
   }
 
-  void create_tenant(const std::string& name, const std::string& memory, const std::string& request = "") {
+  void create_tenant(const std::string& name, const std::string& memory,
+                     const std::string& request = "") {
     std::vector<std::string> args = {"tenant", "create", name, "--memory", memory, "--gpu", "0"};
     if (!request.empty()) args.insert(args.end(), {"--memory-request", request});
     ProcessResult r = cli(args);
@@ -88,7 +91,8 @@ class BrokerFixture : public ShimFixture {
     while (!predicate() && std::chrono::steady_clock::now() - start < limit) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start);
   }
 
   TempDir dir_{"broker"};

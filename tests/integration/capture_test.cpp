@@ -75,11 +75,13 @@ class CaptureUnderSharing : public BrokerFixture {
         tenant_env(name), dir_.path() + "/" + name + "-competitor"));
     // Until it has run work, the capturing tenant would have the GPU to itself.
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (Clock::now() < deadline && device_busy_us() == 0) std::this_thread::sleep_for(milliseconds(20));
+    while (Clock::now() < deadline && device_busy_us() == 0)
+      std::this_thread::sleep_for(milliseconds(20));
   }
 
   uint64_t device_busy_us() {
-    ProcessResult r = run_process({FRACGPU_FAKECUDA_CTL, "status"}, base_env_, std::chrono::seconds(10));
+    ProcessResult r =
+        run_process({FRACGPU_FAKECUDA_CTL, "status"}, base_env_, std::chrono::seconds(10));
     auto doc = nlohmann::json::parse(r.out, nullptr, false);
     if (doc.is_discarded() || !doc.contains("devices") || doc["devices"].empty()) return 0;
     return doc["devices"][0].value("busy_us", uint64_t{0});
@@ -88,7 +90,8 @@ class CaptureUnderSharing : public BrokerFixture {
   // Busy time per pid on the simulated device.
   std::map<pid_t, uint64_t> busy_by_pid() {
     std::map<pid_t, uint64_t> busy;
-    ProcessResult r = run_process({FRACGPU_FAKECUDA_CTL, "status"}, base_env_, std::chrono::seconds(10));
+    ProcessResult r =
+        run_process({FRACGPU_FAKECUDA_CTL, "status"}, base_env_, std::chrono::seconds(10));
     auto doc = nlohmann::json::parse(r.out, nullptr, false);
     if (doc.is_discarded() || !doc.contains("devices") || doc["devices"].empty()) return busy;
     for (const auto& p : doc["devices"][0]["processes"])
@@ -112,7 +115,8 @@ class CaptureUnderSharing : public BrokerFixture {
     create("capturing", weight);
     create("competing", 100 - weight);
     compete("competing");
-    std::vector<std::string> all = {"--cycles", "12", "--kernels", "4", "--kernel-us", "500", "--hold-ms", "30"};
+    std::vector<std::string> all = {"--cycles",    "12",  "--kernels", "4",
+                                    "--kernel-us", "500", "--hold-ms", "30"};
     all.insert(all.end(), flags.begin(), flags.end());
     CaptureReport r = capture("capturing", all);
     ASSERT_TRUE(r.parsed) << r.raw;
@@ -161,7 +165,8 @@ TEST_F(CaptureUnderSharing, ConditionalNodesFilledByCaptureToGraphSurviveA50To50
 // the next capture begins (NVIDIA's graphConditionalNodes failed this way under the old shim).
 TEST_F(CaptureUnderSharing, CapturesOfALoneTenantSurviveItsOwnPendingFences) {
   create("capturing", 100);
-  CaptureReport r = capture("capturing", {"--cycles", "20", "--kernels", "4", "--kernel-us", "200"});
+  CaptureReport r =
+      capture("capturing", {"--cycles", "20", "--kernels", "4", "--kernel-us", "200"});
   ASSERT_TRUE(r.parsed) << r.raw;
   EXPECT_EQ(r.failures, 0u) << r.raw;
   EXPECT_EQ(r.graph_launches, 20u) << r.raw;
@@ -171,7 +176,8 @@ TEST_F(CaptureUnderSharing, GraphMemoryNodesWithinTheCapWork) {
   create("capturing", 50);
   create("competing", 50);
   compete("competing");
-  CaptureReport r = capture("capturing", {"--cycles", "8", "--kernels", "2", "--graph-alloc", "134217728"});
+  CaptureReport r =
+      capture("capturing", {"--cycles", "8", "--kernels", "2", "--graph-alloc", "134217728"});
   ASSERT_TRUE(r.parsed) << r.raw;
   EXPECT_EQ(r.failures, 0u) << r.raw;
   EXPECT_EQ(r.oom, 0u) << r.raw;
@@ -183,11 +189,13 @@ TEST_F(CaptureUnderSharing, AGraphWhoseMemoryExceedsTheCapIsRefusedAtLaunchAndNo
   const TenantLedger* books = ledger("capturing");
   ASSERT_NE(books, nullptr);
   // 640 MiB of graph memory on a 512 MiB cap: every launch is refused, no cycle fails.
-  CaptureReport r = capture("capturing", {"--cycles", "4", "--kernels", "1", "--graph-alloc", "671088640"});
+  CaptureReport r =
+      capture("capturing", {"--cycles", "4", "--kernels", "1", "--graph-alloc", "671088640"});
   ASSERT_TRUE(r.parsed) << r.raw;
   EXPECT_EQ(r.failures, 0u) << r.raw;
   EXPECT_EQ(r.oom, 4u) << r.raw;
-  EXPECT_NE(r.raw.find("graph memory"), std::string::npos) << "the refusal names graph memory: " << r.raw;
+  EXPECT_NE(r.raw.find("graph memory"), std::string::npos)
+      << "the refusal names graph memory: " << r.raw;
   wait_until([&] { return books->devices[0].used.load() == 0; }, milliseconds(2000));
   EXPECT_EQ(books->devices[0].used.load(), 0u) << "charge left after the process exited";
 }
@@ -196,8 +204,9 @@ TEST_F(CaptureUnderSharing, GraphMemoryIsChargedWhileTheGraphHoldsIt) {
   create("capturing", 100, "1GiB");
   const TenantLedger* books = ledger("capturing");
   ASSERT_NE(books, nullptr);
-  std::vector<std::string> argv = {FRACGPU_CAPTURE_CLIENT, "--replay-seconds", "3", "--kernels", "1",
-                                   "--graph-alloc", "402653184"};
+  std::vector<std::string> argv = {
+      FRACGPU_CAPTURE_CLIENT, "--replay-seconds", "3", "--kernels", "1",
+      "--graph-alloc",        "402653184"};
   BackgroundProcess replaying(argv, tenant_env("capturing"), dir_.path() + "/replaying");
   uint64_t peak = 0;
   const auto end = Clock::now() + std::chrono::milliseconds(2500);
@@ -217,8 +226,8 @@ TEST_F(CaptureUnderSharing, AGraphReplayingTenantGetsItsWeight) {
   create("replaying", 30);
   create("competing", 70);
   compete("competing");
-  std::vector<std::string> argv = {FRACGPU_CAPTURE_CLIENT, "--replay-seconds", "8", "--kernels", "4",
-                                   "--kernel-us", "1000"};
+  std::vector<std::string> argv = {
+      FRACGPU_CAPTURE_CLIENT, "--replay-seconds", "8", "--kernels", "4", "--kernel-us", "1000"};
   BackgroundProcess replaying(argv, tenant_env("replaying"), dir_.path() + "/replaying");
   std::this_thread::sleep_for(milliseconds(1500));  // both run; the scheduler settled
   const auto a = busy_by_pid();
@@ -231,8 +240,8 @@ TEST_F(CaptureUnderSharing, AGraphReplayingTenantGetsItsWeight) {
   const double replay = delta(replaying.pid()), other = delta(competitors_.front()->pid());
   ASSERT_GT(replay + other, 0.0);
   const double share = replay / (replay + other);
-  std::cout << "[ capture  ] graph-replaying tenant at weight 30: share " << std::fixed << std::setprecision(3)
-            << share << "\n";
+  std::cout << "[ capture  ] graph-replaying tenant at weight 30: share " << std::fixed
+            << std::setprecision(3) << share << "\n";
   EXPECT_NEAR(share, 0.30, 0.03);
   EXPECT_EQ(replaying.wait(std::chrono::seconds(20)), 0) << replaying.out() << replaying.err();
 }

@@ -86,7 +86,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timed_out = true;
       kill(-pid, SIGKILL);
@@ -167,7 +168,8 @@ std::string BackgroundProcess::wait_until_ready(const std::function<bool()>& rea
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (!ready()) {
     if (!running()) return "exited: " + err();
-    if (std::chrono::steady_clock::now() > deadline) return "not ready within " + std::to_string(limit.count()) + " ms";
+    if (std::chrono::steady_clock::now() > deadline)
+      return "not ready within " + std::to_string(limit.count()) + " ms";
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return "";
@@ -178,8 +180,12 @@ void BackgroundProcess::kill_and_reap() {
   wait(std::chrono::seconds(5));
 }
 
-std::string BackgroundProcess::out() const { return read_text(out_path_); }
-std::string BackgroundProcess::err() const { return read_text(err_path_); }
+std::string BackgroundProcess::out() const {
+  return read_text(out_path_);
+}
+std::string BackgroundProcess::err() const {
+  return read_text(err_path_);
+}
 
 TempDir::TempDir(const std::string& tag) {
   const char* base = getenv("TMPDIR");

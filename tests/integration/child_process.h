@@ -16,8 +16,8 @@ namespace fracgpu::testing {
 using Environment = std::map<std::string, std::string>;
 
 struct ProcessResult {
-  int exit_code = -1;    // valid when signal == 0
-  int signal = 0;        // the signal that ended it, if any
+  int exit_code = -1;  // valid when signal == 0
+  int signal = 0;      // the signal that ended it, if any
   bool timed_out = false;
   std::string out;
   std::string err;

@@ -37,10 +37,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr auto kWindow = milliseconds(5000);   // measurement window of a share test
-constexpr auto kSettle = milliseconds(500);    // after every tenant ran its first kernel
-constexpr double kShareTolerance = 0.02;       // +- 2 points of the target share
-constexpr double kMinUtilisation = 0.95;       // of the device's time, under contention
+constexpr auto kWindow = milliseconds(5000);  // measurement window of a share test
+constexpr auto kSettle = milliseconds(500);   // after every tenant ran its first kernel
+constexpr double kShareTolerance = 0.02;      // +- 2 points of the target share
+constexpr double kMinUtilisation = 0.95;      // of the device's time, under contention
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -54,8 +54,8 @@ std::string pct(double fraction) {
 
 // One reading of the simulated device.
 struct DeviceSample {
-  Clock::time_point at;                 // midpoint of the fakecuda-ctl call
-  std::map<pid_t, uint64_t> busy_us;    // per process (dead ones too, once they ran work)
+  Clock::time_point at;               // midpoint of the fakecuda-ctl call
+  std::map<pid_t, uint64_t> busy_us;  // per process (dead ones too, once they ran work)
   uint64_t device_busy_us = 0;
   uint64_t overlap_violations = 0;
   pid_t engine_owner = 0;
@@ -94,8 +94,9 @@ class ComputeShare : public BrokerFixture {
 
   // Creates a tenant through the real CLI; `extra` are further flags (--compute-limit, --priority).
   void create(const std::string& name, uint32_t weight, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"tenant", "create",  name, "--memory", "512MiB",
-                                     "--gpu",  "0",        "--compute", std::to_string(weight)};
+    std::vector<std::string> args = {"tenant",   "create",    name,
+                                     "--memory", "512MiB",    "--gpu",
+                                     "0",        "--compute", std::to_string(weight)};
     args.insert(args.end(), extra.begin(), extra.end());
     ProcessResult r = cli(args);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -103,13 +104,14 @@ class ComputeShare : public BrokerFixture {
 
   // Starts a spin client of tenant `name` (1 ms kernels, a sync every 8, for up to 60 s).
   Tenant& spin(const std::string& name, uint32_t weight, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "60",
-                                     "--stream-sync-every", "8"};
+    std::vector<std::string> argv = {
+        FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "60", "--stream-sync-every", "8"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    tenants_.push_back(Tenant{name, weight,
-                              std::make_unique<BackgroundProcess>(argv, tenant_env(name),
-                                                                  dir_.path() + "/" + name + "-" +
-                                                                      std::to_string(tenants_.size()))});
+    tenants_.push_back(
+        Tenant{name, weight,
+               std::make_unique<BackgroundProcess>(
+                   argv, tenant_env(name),
+                   dir_.path() + "/" + name + "-" + std::to_string(tenants_.size()))});
     return tenants_.back();
   }
 
@@ -122,7 +124,9 @@ class ComputeShare : public BrokerFixture {
     s.at = before + (after - before) / 2;
     s.raw = r.out;
     auto doc = nlohmann::json::parse(r.out, nullptr, false);
-    if (r.exit_code != 0 || doc.is_discarded() || !doc.contains("devices") || doc["devices"].empty()) return s;
+    if (r.exit_code != 0 || doc.is_discarded() || !doc.contains("devices") ||
+        doc["devices"].empty())
+      return s;
     const auto& d = doc["devices"][0];
     s.device_busy_us = d.value("busy_us", uint64_t{0});
     s.overlap_violations = d.value("overlap_violations", uint64_t{0});
@@ -169,7 +173,8 @@ class ComputeShare : public BrokerFixture {
     }
     w.utilisation = w.wall_s > 0 ? total / w.wall_s : 0;
     w.overlap_violations = b.overlap_violations - a.overlap_violations;
-    s << "| device busy " << pct(w.utilisation) << " of " << std::setprecision(3) << w.wall_s << " s";
+    s << "| device busy " << pct(w.utilisation) << " of " << std::setprecision(3) << w.wall_s
+      << " s";
     w.summary = s.str();
     return w;
   }
@@ -179,7 +184,8 @@ class ComputeShare : public BrokerFixture {
   WindowResult measure(milliseconds length) {
     std::vector<DeviceSample> samples{sample()};
     const auto start = Clock::now();
-    for (auto next = start + milliseconds(1000); next < start + length; next += milliseconds(1000)) {
+    for (auto next = start + milliseconds(1000); next < start + length;
+         next += milliseconds(1000)) {
       std::this_thread::sleep_until(next);
       samples.push_back(sample());
     }
@@ -192,10 +198,12 @@ class ComputeShare : public BrokerFixture {
       for (std::size_t i = 1; i < samples.size(); ++i) {
         WindowResult part = between(samples[i - 1], samples[i]);
         per_second << "[";
-        for (std::size_t t = 0; t < part.share.size(); ++t) per_second << (t ? " " : "") << pct(part.share[t]);
+        for (std::size_t t = 0; t < part.share.size(); ++t)
+          per_second << (t ? " " : "") << pct(part.share[t]);
         per_second << " busy " << pct(part.utilisation) << "] ";
       }
-      w.summary += "\n    per second: " + per_second.str() + "\n    load average: " + load_average();
+      w.summary +=
+          "\n    per second: " + per_second.str() + "\n    load average: " + load_average();
     }
     return w;
   }
@@ -207,8 +215,9 @@ class ComputeShare : public BrokerFixture {
     Environment env = native_env();
     const std::string shm = "/" + unique_name("reference");
     env["FAKECUDA_SHM_NAME"] = shm;
-    BackgroundProcess client({FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "2", "--stream-sync-every", "8"},
-                             env, dir_.path() + "/reference");
+    BackgroundProcess client(
+        {FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "2", "--stream-sync-every", "8"},
+        env, dir_.path() + "/reference");
     std::this_thread::sleep_for(milliseconds(500));
     DeviceSample a = sample(env);
     std::this_thread::sleep_for(milliseconds(1000));
@@ -216,7 +225,8 @@ class ComputeShare : public BrokerFixture {
     client.wait(std::chrono::seconds(5));
     shm_unlink(shm.c_str());
     const double busy = static_cast<double>(b.device_busy_us - a.device_busy_us) / 1e6;
-    return "(for reference, a lone spin client without fracgpu reaches " + pct(busy / seconds_between(a.at, b.at)) +
+    return "(for reference, a lone spin client without fracgpu reaches " +
+           pct(busy / seconds_between(a.at, b.at)) +
            " of a private simulated device on this machine now)";
   }
 
@@ -233,7 +243,8 @@ class ComputeShare : public BrokerFixture {
     if (doc.is_discarded() || !doc.contains("tenants")) return out;
     for (const auto& t : doc["tenants"]) {
       const auto& d = t["devices"][0];
-      if (d.contains("compute_measured_share")) out[t["name"]] = d["compute_measured_share"].get<double>();
+      if (d.contains("compute_measured_share"))
+        out[t["name"]] = d["compute_measured_share"].get<double>();
     }
     return out;
   }
@@ -276,7 +287,8 @@ class ComputeShare : public BrokerFixture {
       const double target = weights[i].second / sum;
       EXPECT_NEAR(w.share[i], target, kShareTolerance) << weights[i].first << ": " << w.summary;
       if (broker.count(weights[i].first)) {
-        EXPECT_NEAR(broker[weights[i].first], target, 0.05) << "the broker's own measured share: " << b.str();
+        EXPECT_NEAR(broker[weights[i].first], target, 0.05)
+            << "the broker's own measured share: " << b.str();
       }
     }
     if (w.utilisation < kMinUtilisation) {
@@ -290,11 +302,17 @@ class ComputeShare : public BrokerFixture {
 };
 
 // Items 1 and 2: weighted shares under contention, and the device kept busy.
-TEST_F(ComputeShare, Weights70And30SplitTheDeviceAndKeepItBusy) { expect_shares({{"seventy", 70}, {"thirty", 30}}); }
+TEST_F(ComputeShare, Weights70And30SplitTheDeviceAndKeepItBusy) {
+  expect_shares({{"seventy", 70}, {"thirty", 30}});
+}
 
-TEST_F(ComputeShare, Weights50And50SplitTheDeviceAndKeepItBusy) { expect_shares({{"left", 50}, {"right", 50}}); }
+TEST_F(ComputeShare, Weights50And50SplitTheDeviceAndKeepItBusy) {
+  expect_shares({{"left", 50}, {"right", 50}});
+}
 
-TEST_F(ComputeShare, Weights90And10SplitTheDeviceAndKeepItBusy) { expect_shares({{"ninety", 90}, {"ten", 10}}); }
+TEST_F(ComputeShare, Weights90And10SplitTheDeviceAndKeepItBusy) {
+  expect_shares({{"ninety", 90}, {"ten", 10}});
+}
 
 TEST_F(ComputeShare, Weights50And30And20SplitTheDeviceAndKeepItBusy) {
   expect_shares({{"fifty", 50}, {"thirty", 30}, {"twenty", 20}});
@@ -308,7 +326,8 @@ TEST_F(ComputeShare, ALoneTenantWithShare30GetsTheWholeDevice) {
   WindowResult w = measure(kWindow);
   stop_all();
   log("lone_share30", w.summary);
-  if (w.utilisation < kMinUtilisation) ADD_FAILURE() << "a lone tenant idled: " << w.summary << "\n" << native_reference();
+  if (w.utilisation < kMinUtilisation)
+    ADD_FAILURE() << "a lone tenant idled: " << w.summary << "\n" << native_reference();
   EXPECT_LE(w.utilisation, 1.01) << w.summary;
 }
 
@@ -346,8 +365,8 @@ TEST_F(ComputeShare, AHighPriorityTenantsWaitIsBoundedByOneBatchKernel) {
   ASSERT_EQ(nlohmann::json::parse(sample().raw, nullptr, false).value("timeslice_us", 0), 1000);
   create("serve", 100, {"--priority", "high"});
   create("batch", 100);
-  const std::vector<std::string> serve_args = {"--kernel-us", "100", "--stream-sync-every", "1", "--think-us", "1000",
-                                               "--warmup-ms", "300"};
+  const std::vector<std::string> serve_args = {"--kernel-us", "100",  "--stream-sync-every", "1",
+                                               "--think-us",  "1000", "--warmup-ms",         "300"};
   auto run_serve = [&](const std::string& seconds, const std::string& tag) -> nlohmann::json {
     const std::string report = dir_.path() + "/serve-" + tag + ".json";
     std::vector<std::string> argv = {FRACGPU_SPIN_CLIENT, "--seconds", seconds, "--report", report};
@@ -374,10 +393,11 @@ TEST_F(ComputeShare, AHighPriorityTenantsWaitIsBoundedByOneBatchKernel) {
   const auto& la = alone["latency_us"];
   const auto& lm = mixed["latency_us"];
   std::ostringstream s;
-  s << "alone: " << alone["requests"] << " requests p50 " << la["p50"] << " us p99 " << la["p99"] << " us max "
-    << la["max"] << " us | with batch: " << mixed["requests"] << " requests p50 " << lm["p50"] << " us p90 "
-    << lm["p90"] << " us p99 " << lm["p99"] << " us max " << lm["max"] << " us | batch busy "
-    << std::fixed << std::setprecision(3) << w.busy_s[0] << " s of " << w.wall_s << " s";
+  s << "alone: " << alone["requests"] << " requests p50 " << la["p50"] << " us p99 " << la["p99"]
+    << " us max " << la["max"] << " us | with batch: " << mixed["requests"] << " requests p50 "
+    << lm["p50"] << " us p90 " << lm["p90"] << " us p99 " << lm["p99"] << " us max " << lm["max"]
+    << " us | batch busy " << std::fixed << std::setprecision(3) << w.busy_s[0] << " s of "
+    << w.wall_s << " s";
   log("high_latency", s.str());
   ASSERT_GT(alone["requests"].get<uint64_t>(), 500u) << s.str();
   ASSERT_GT(mixed["requests"].get<uint64_t>(), 1000u) << s.str();
@@ -431,8 +451,8 @@ TEST_F(ComputeShare, ASetTakesEffectWithin200Milliseconds) {
   const DeviceSample& to = first_after(milliseconds(2200));
   WindowResult after = between(from, to);
   std::ostringstream s;
-  s << "set answered in " << std::fixed << std::setprecision(1) << answer_ms << " ms; " << after.summary
-    << " (window from +" << seconds_between(set_start, from.at) * 1000 << " ms)";
+  s << "set answered in " << std::fixed << std::setprecision(1) << answer_ms << " ms; "
+    << after.summary << " (window from +" << seconds_between(set_start, from.at) * 1000 << " ms)";
   log("after_set", s.str());
   log("after_set_200ms_windows", seq.str());
 
@@ -494,9 +514,10 @@ class ComputeKill : public ComputeShare {
     const auto victim_status = broker_tenant_state("victim");
     stop_all();
     std::ostringstream s;
-    s << "victim killed " << what << "; survivor resumed " << std::fixed << std::setprecision(3) << resumed_s
-      << " s after the kill; from +1 s: " << alone.summary << "\n    the dead victim's ledger: waiting "
-      << victim_ledger->devices[0].waiting.load() << ", broker: " << victim_status;
+    s << "victim killed " << what << "; survivor resumed " << std::fixed << std::setprecision(3)
+      << resumed_s << " s after the kill; from +1 s: " << alone.summary
+      << "\n    the dead victim's ledger: waiting " << victim_ledger->devices[0].waiting.load()
+      << ", broker: " << victim_status;
     log("kill", s.str());
     ASSERT_GE(resumed_s, 0) << "the survivor never ran again: " << now.raw;
     EXPECT_LE(resumed_s, 1.0) << s.str();
@@ -513,7 +534,8 @@ class ComputeKill : public ComputeShare {
       const auto& d = t["devices"][0];
       std::ostringstream s;
       s << d.value("compute_state", std::string("?")) << ", measured share "
-        << pct(d.value("compute_measured_share", 0.0)) << ", " << t["processes"].size() << " processes";
+        << pct(d.value("compute_measured_share", 0.0)) << ", " << t["processes"].size()
+        << " processes";
       return s.str();
     }
     return "?";

@@ -15,7 +15,8 @@ namespace {
 nlohmann::json last_json_line(const std::string& out) {
   auto end = out.find_last_not_of('\n');
   auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr,
+                               false);
 }
 
 nlohmann::json device_status(const Environment& env) {
@@ -28,8 +29,8 @@ using MemoryQuota = BrokerFixture;
 
 TEST_F(MemoryQuota, TheCapIsTheDeviceAndAllocationStopsThere) {
   create_tenant("capped", "1GiB");
-  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)},
-                                tenant_env("capped"));
+  ProcessResult r = run_process(
+      {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)}, tenant_env("capped"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   auto result = last_json_line(r.out);
   const uint64_t footprint = 64 * kMiB;  // the primary context, charged to the tenant
@@ -42,7 +43,8 @@ TEST_F(MemoryQuota, TheCapIsTheDeviceAndAllocationStopsThere) {
   const TenantLedger* l = ledger("capped");
   ASSERT_NE(l, nullptr);
   wait_until([&] { return l->devices[0].used.load() == 0; }, std::chrono::seconds(2));
-  EXPECT_EQ(l->devices[0].used.load(), 0u) << "the context's footprint comes back when the process is gone";
+  EXPECT_EQ(l->devices[0].used.load(), 0u)
+      << "the context's footprint comes back when the process is gone";
   EXPECT_LE(l->devices[0].peak.load(), kGiB);
 }
 
@@ -66,13 +68,14 @@ TEST_F(MemoryQuota, EightRacingProcessesNeverOvershootByOneByte) {
   const std::string go = dir_.path() + "/go";
   for (int i = 0; i < 8; ++i) {
     racers.push_back(std::make_unique<BackgroundProcess>(
-        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "storm", "--chunk", std::to_string(7 * kMiB + 4093), "--ms",
-                                 "2500", "--go", go},
+        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "storm", "--chunk",
+                                 std::to_string(7 * kMiB + 4093), "--ms", "2500", "--go", go},
         tenant_env("racers"), dir_.path() + "/racer" + std::to_string(i)));
   }
   // Start the storm only once all eight have their context (8 x 64 MiB of the cap).
   const TenantLedger* racing = ledger("racers");
-  wait_until([&] { return racing->devices[0].used.load() == 8 * 64 * kMiB; }, std::chrono::seconds(20));
+  wait_until([&] { return racing->devices[0].used.load() == 8 * 64 * kMiB; },
+             std::chrono::seconds(20));
   ASSERT_EQ(racing->devices[0].used.load(), 8 * 64 * kMiB);
   ASSERT_EQ(std::system(("touch " + go).c_str()), 0);
   uint64_t refusals = 0;
@@ -99,7 +102,8 @@ TEST_F(MemoryQuota, EveryAllocationRouteIsChargedAndReleased) {
   for (auto& [route, pair] : result.items()) {
     SCOPED_TRACE(route);
     const uint64_t expected = route == "cuCtxCreate" ? 64 * kMiB : bytes;
-    EXPECT_GE(pair[0].get<int64_t>(), static_cast<int64_t>(expected * 95 / 100)) << "charged while held";
+    EXPECT_GE(pair[0].get<int64_t>(), static_cast<int64_t>(expected * 95 / 100))
+        << "charged while held";
     EXPECT_EQ(pair[1].get<int64_t>(), 0) << "released afterwards";
   }
   EXPECT_EQ(result.size(), 9u);
@@ -108,8 +112,9 @@ TEST_F(MemoryQuota, EveryAllocationRouteIsChargedAndReleased) {
 // Memory that outlives the call that "frees" it stays charged until it is really gone.
 TEST_F(MemoryQuota, ChargesFollowTheMemorysRealLifetime) {
   create_tenant("lifetimes", "2GiB");
-  ProcessResult r = run_process({FRACGPU_ALLOC_CLIENT, "lifetimes", "--bytes", std::to_string(64 * kMiB)},
-                                tenant_env("lifetimes"));
+  ProcessResult r =
+      run_process({FRACGPU_ALLOC_CLIENT, "lifetimes", "--bytes", std::to_string(64 * kMiB)},
+                  tenant_env("lifetimes"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   auto result = last_json_line(r.out);
   EXPECT_EQ(result["vmm_released_while_mapped"].get<int64_t>(), static_cast<int64_t>(64 * kMiB));
@@ -127,8 +132,9 @@ TEST_F(MemoryQuota, SigkilledProcessesAreReclaimedWithinOneSecond) {
   std::mt19937 rng(7);
   std::chrono::milliseconds worst{0};
   for (int i = 0; i < 100; ++i) {
-    BackgroundProcess victim({FRACGPU_ALLOC_CLIENT, "storm", "--chunk", std::to_string(3 * kMiB), "--ms", "5000"},
-                             tenant_env("victims"), dir_.path() + "/victim");
+    BackgroundProcess victim(
+        {FRACGPU_ALLOC_CLIENT, "storm", "--chunk", std::to_string(3 * kMiB), "--ms", "5000"},
+        tenant_env("victims"), dir_.path() + "/victim");
     std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 60));
     victim.kill_now(SIGKILL);  // timed from the kill: the broker sees the exit through a pidfd
     auto took = wait_until([&] { return l->devices[0].used.load() == 0; }, std::chrono::seconds(2));
@@ -150,15 +156,17 @@ TEST_F(MemoryQuota, BrokerRestartKeepsEveryCapAndKeepsWatching) {
 
   kill_broker();
   // Without a broker the cap still holds: the counters live in the tenant's files.
-  ProcessResult during = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)},
-                                     tenant_env("durable"), std::chrono::seconds(30));
+  ProcessResult during =
+      run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)},
+                  tenant_env("durable"), std::chrono::seconds(30));
   EXPECT_NE(during.exit_code, 0) << "a new process cannot register while the broker is down";
 
   start_broker();
-  ProcessResult after = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)},
-                                    tenant_env("durable"));
+  ProcessResult after = run_process(
+      {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)}, tenant_env("durable"));
   ASSERT_EQ(after.exit_code, 0) << after.out << after.err;
-  EXPECT_EQ(last_json_line(after.out)["allocated"].get<uint64_t>(), kGiB - 512 * kMiB - 2 * 64 * kMiB);
+  EXPECT_EQ(last_json_line(after.out)["allocated"].get<uint64_t>(),
+            kGiB - 512 * kMiB - 2 * 64 * kMiB);
 
   holder.kill_now(SIGKILL);
   holder.wait(std::chrono::seconds(5));
@@ -173,13 +181,15 @@ TEST_F(MemoryQuota, OvercommitLendsOnlyUnguaranteedMemory) {
   create_tenant("a", "3GiB", "2GiB");
   create_tenant("b", "3GiB", "1GiB");
   BackgroundProcess a_holds({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2816 * kMiB)},
-                            tenant_env("a"), dir_.path() + "/a");  // 2.75 GiB + context: burst of 0.8 GiB
+                            tenant_env("a"),
+                            dir_.path() + "/a");  // 2.75 GiB + context: burst of 0.8 GiB
   const TenantLedger* la = ledger("a");
   wait_until([&] { return la->devices[0].used.load() > 2 * kGiB; }, std::chrono::seconds(10));
   ASSERT_EQ(la->devices[0].used.load(), 2816 * kMiB + 64 * kMiB) << a_holds.out() << a_holds.err();
 
   // B still gets its full guarantee, but no burst: A holds most of the unguaranteed GiB.
-  ProcessResult b = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)}, tenant_env("b"));
+  ProcessResult b = run_process(
+      {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)}, tenant_env("b"));
   ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
   const uint64_t b_got = last_json_line(b.out)["allocated"].get<uint64_t>() + 64 * kMiB;
   EXPECT_GE(b_got, 1 * kGiB);
@@ -189,8 +199,10 @@ TEST_F(MemoryQuota, OvercommitLendsOnlyUnguaranteedMemory) {
   a_holds.kill_now(SIGKILL);
   a_holds.wait(std::chrono::seconds(5));
   wait_until([&] { return la->devices[0].used.load() == 0; }, std::chrono::seconds(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the broker reclaims A's burst grant
-  b = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)}, tenant_env("b"));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(1500));  // the broker reclaims A's burst grant
+  b = run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)},
+                  tenant_env("b"));
   ASSERT_EQ(b.exit_code, 0) << b.out << b.err;
   EXPECT_EQ(last_json_line(b.out)["allocated"].get<uint64_t>() + 64 * kMiB, 2 * kGiB);
 }
@@ -210,9 +222,10 @@ TEST_F(MemoryQuota, FracgpuRunEnforcesTheCapWithAPrivateBroker) {
   Environment env = shim_env();
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
   env["FRACGPU_RUN_DIR"] = dir_.path() + "/no-node-broker";
-  ProcessResult r = run_process({FRACGPU_CLI, "run", "--memory", "768MiB", "--", FRACGPU_ALLOC_CLIENT, "fill",
-                                 "--chunk", std::to_string(16 * kMiB)},
-                                env);
+  ProcessResult r =
+      run_process({FRACGPU_CLI, "run", "--memory", "768MiB", "--", FRACGPU_ALLOC_CLIENT, "fill",
+                   "--chunk", std::to_string(16 * kMiB)},
+                  env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   auto result = last_json_line(r.out);
   EXPECT_EQ(result["info_total"].get<uint64_t>(), 768 * kMiB);
@@ -227,7 +240,8 @@ TEST_F(MemoryQuota, FracgpuRunWithoutMemoryGetsWhatOthersAreNotGuaranteed) {
   Environment env = shim_env();
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
   env["FRACGPU_RUN_DIR"] = run_dir();
-  const std::vector<std::string> fill = {"--", FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB)};
+  const std::vector<std::string> fill = {"--", FRACGPU_ALLOC_CLIENT, "fill", "--chunk",
+                                         std::to_string(16 * kMiB)};
   std::vector<std::string> argv = {FRACGPU_CLI, "run", "--compute", "50"};
   argv.insert(argv.end(), fill.begin(), fill.end());
   ProcessResult r = run_process(argv, env);
@@ -255,8 +269,9 @@ TEST(FracgpuDemo, ShowsCapsGuaranteesAndLending) {
   Environment env = clean_environment();
   ProcessResult r = run_process({FRACGPU_CLI, "demo"}, env, std::chrono::seconds(60));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* line : {"training   sees a 10 GiB GPU", "training   holds 10.0 GiB", "inference  holds 4.0 GiB",
-                           "notebook   got   2.0 GiB", "notebook   got   4.0 GiB"}) {
+  for (const char* line :
+       {"training   sees a 10 GiB GPU", "training   holds 10.0 GiB", "inference  holds 4.0 GiB",
+        "notebook   got   2.0 GiB", "notebook   got   4.0 GiB"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
 }
@@ -271,7 +286,8 @@ namespace {
 // closed) with one clear line, and never crash or hang the application.
 class GarbageBroker {
  public:
-  GarbageBroker(const std::string& path, std::string reply) : path_(path), reply_(std::move(reply)) {
+  GarbageBroker(const std::string& path, std::string reply)
+      : path_(path), reply_(std::move(reply)) {
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -319,12 +335,16 @@ TEST_P(MalformedBroker, ShimFailsClosedWithoutCrashing) {
 
 INSTANTIATE_TEST_SUITE_P(
     Replies, MalformedBroker,
-    ::testing::Values(std::string("not json at all\n"), std::string("{\"ok\":true}\n"),
-                      std::string("{\"ok\":true,\"slot\":99999,\"tenant\":\"x\",\"quota\":\"q\",\"ledger\":\"l\"}\n"),
-                      std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"../../etc/passwd\",\"ledger\":\"l\"}\n"),
-                      std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"quota\",\"ledger\":\"ledger\"}\n"),
-                      std::string("{\"ok\":false,\"error\":\"go away\"}\n"), std::string(""),
-                      std::string(70000, 'x')),
+    ::testing::Values(
+        std::string("not json at all\n"), std::string("{\"ok\":true}\n"),
+        std::string(
+            "{\"ok\":true,\"slot\":99999,\"tenant\":\"x\",\"quota\":\"q\",\"ledger\":\"l\"}\n"),
+        std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"../../etc/"
+                    "passwd\",\"ledger\":\"l\"}\n"),
+        std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"quota\",\"ledger\":"
+                    "\"ledger\"}\n"),
+        std::string("{\"ok\":false,\"error\":\"go away\"}\n"), std::string(""),
+        std::string(70000, 'x')),
     [](const auto& param_info) { return "reply" + std::to_string(param_info.index); });
 
 }  // namespace
@@ -337,8 +357,8 @@ namespace {
 // linked against libnvidia-ml.so.1, and dlopen+dlsym as nvidia-smi does.
 TEST_F(MemoryQuota, NvmlInsideATenantReportsTheCapAndTheTenantsUsage) {
   create_tenant("smi", "2GiB");
-  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(512 * kMiB)}, tenant_env("smi"),
-                           dir_.path() + "/smi-holder");
+  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(512 * kMiB)},
+                           tenant_env("smi"), dir_.path() + "/smi-holder");
   const TenantLedger* l = ledger("smi");
   wait_until([&] { return l->devices[0].used.load() == 576 * kMiB; }, std::chrono::seconds(10));
   ASSERT_EQ(l->devices[0].used.load(), 576 * kMiB);

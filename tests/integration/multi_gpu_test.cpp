@@ -35,7 +35,8 @@ nlohmann::json last_json_line(const std::string& out) {
   auto end = out.find_last_not_of('\n');
   if (end == std::string::npos) return nlohmann::json();
   auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
+                               nullptr, false);
 }
 
 std::string pct(double fraction) {
@@ -48,7 +49,8 @@ class MultiGpu : public BrokerFixture {
  protected:
   void SetUp() override {
     ShimFixture::SetUp();
-    base_env_.erase("CUDA_VISIBLE_DEVICES");  // the simulated driver honours it; each test sets its own
+    base_env_.erase(
+        "CUDA_VISIBLE_DEVICES");  // the simulated driver honours it; each test sets its own
     base_env_["FAKECUDA_DEVICE_COUNT"] = "2";
     base_env_["FAKECUDA_MEMORY"] = "4GiB";
     base_env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
@@ -67,8 +69,8 @@ class MultiGpu : public BrokerFixture {
   }
 
   BackgroundProcess& start(const std::vector<std::string>& argv, const Environment& env) {
-    processes_.push_back(
-        std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/p" + std::to_string(processes_.size())));
+    processes_.push_back(std::make_unique<BackgroundProcess>(
+        argv, env, dir_.path() + "/p" + std::to_string(processes_.size())));
     return *processes_.back();
   }
 
@@ -79,7 +81,8 @@ class MultiGpu : public BrokerFixture {
   }
 
   // Per-process figure `key` on physical device `device` (0 when not listed).
-  static uint64_t process_value(const nlohmann::json& status, int device, pid_t pid, const char* key) {
+  static uint64_t process_value(const nlohmann::json& status, int device, pid_t pid,
+                                const char* key) {
     if (!status.contains("devices")) return 0;
     for (const auto& p : status["devices"][device]["processes"]) {
       if (p["pid"].get<int64_t>() == pid) return p.value(key, uint64_t{0});
@@ -95,7 +98,8 @@ class MultiGpu : public BrokerFixture {
     if (doc.is_discarded() || !doc.contains("tenants")) return used;
     for (const auto& t : doc["tenants"]) {
       if (t["name"] != name) continue;
-      for (const auto& d : t["devices"]) used[d["gpu"].get<unsigned>()] = d["memory_used"].get<uint64_t>();
+      for (const auto& d : t["devices"])
+        used[d["gpu"].get<unsigned>()] = d["memory_used"].get<uint64_t>();
     }
     return used;
   }
@@ -110,13 +114,20 @@ class MultiGpu : public BrokerFixture {
   }
 
   static std::vector<std::string> fill_holding(int device) {
-    return {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(16 * kMiB), "--hold", "1", "--device",
+    return {FRACGPU_ALLOC_CLIENT,
+            "fill",
+            "--chunk",
+            std::to_string(16 * kMiB),
+            "--hold",
+            "1",
+            "--device",
             std::to_string(device)};
   }
 
   // Waits for a `fill --hold 1` process to print its result line.
   nlohmann::json wait_holding(BackgroundProcess& p) {
-    wait_until([&] { return p.out().find("holding") != std::string::npos || !p.running(); }, std::chrono::seconds(20));
+    wait_until([&] { return p.out().find("holding") != std::string::npos || !p.running(); },
+               std::chrono::seconds(20));
     return last_json_line(p.out());
   }
 
@@ -162,17 +173,24 @@ TEST_F(MultiGpu, PerDeviceCapsStopEachDeviceAtItsOwnCap) {
   EXPECT_EQ(process_value(status, 0, on1.pid(), "used_bytes"), 0u);
   EXPECT_EQ(status["devices"][0]["used_bytes"].get<uint64_t>(), kGiB) << status.dump();
   EXPECT_EQ(status["devices"][1]["used_bytes"].get<uint64_t>(), 512 * kMiB) << status.dump();
-  std::cout << "[ multigpu ] caps 1 GiB / 512 MiB: allocated " << r0["allocated"].get<uint64_t>() / kMiB << " / "
-            << r1["allocated"].get<uint64_t>() / kMiB << " MiB (+64 MiB context each); broker used " << used[0] / kMiB
-            << " / " << used[1] / kMiB << " MiB; device used " << status["devices"][0]["used_bytes"].get<uint64_t>() / kMiB
-            << " / " << status["devices"][1]["used_bytes"].get<uint64_t>() / kMiB << " MiB" << std::endl;
+  std::cout << "[ multigpu ] caps 1 GiB / 512 MiB: allocated "
+            << r0["allocated"].get<uint64_t>() / kMiB << " / "
+            << r1["allocated"].get<uint64_t>() / kMiB << " MiB (+64 MiB context each); broker used "
+            << used[0] / kMiB << " / " << used[1] / kMiB << " MiB; device used "
+            << status["devices"][0]["used_bytes"].get<uint64_t>() / kMiB << " / "
+            << status["devices"][1]["used_bytes"].get<uint64_t>() / kMiB << " MiB" << std::endl;
 
   // Gone: both books return to 0 on both devices.
   on0.kill_now(SIGKILL);
   on1.kill_now(SIGKILL);
   on0.wait(std::chrono::seconds(5));
   on1.wait(std::chrono::seconds(5));
-  wait_until([&] { auto u = broker_memory_used("split"); return u[0] == 0 && u[1] == 0; }, std::chrono::seconds(3));
+  wait_until(
+      [&] {
+        auto u = broker_memory_used("split");
+        return u[0] == 0 && u[1] == 0;
+      },
+      std::chrono::seconds(3));
   used = broker_memory_used("split");
   EXPECT_EQ(used[0], 0u);
   EXPECT_EQ(used[1], 0u);
@@ -183,8 +201,8 @@ TEST_F(MultiGpu, EachDeviceIsScheduledIndependently) {
   create({"--memory", "512MiB", "--gpu", "0,1", "--compute", "0=70,1=30"}, "east");
   create({"--memory", "512MiB", "--gpu", "0,1", "--compute", "0=30,1=70"}, "west");
   auto spin = [&](const std::string& tenant, int device) -> BackgroundProcess& {
-    return start({FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "60", "--stream-sync-every", "8",
-                  "--device", std::to_string(device)},
+    return start({FRACGPU_SPIN_CLIENT, "--kernel-us", "1000", "--seconds", "60",
+                  "--stream-sync-every", "8", "--device", std::to_string(device)},
                  tenant_env(tenant));
   };
   BackgroundProcess& east0 = spin("east", 0);
@@ -227,10 +245,10 @@ TEST_F(MultiGpu, EachDeviceIsScheduledIndependently) {
   ASSERT_GT(e1 + w1, 0);
   const double east_share0 = e0 / (e0 + w0), east_share1 = e1 / (e1 + w1);
   std::ostringstream summary;
-  summary << "device 0: east (70) " << pct(east_share0) << " west (30) " << pct(1 - east_share0) << ", busy "
-          << pct((e0 + w0) / wall) << " | device 1: east (30) " << pct(east_share1) << " west (70) "
-          << pct(1 - east_share1) << ", busy " << pct((e1 + w1) / wall) << " | window " << std::setprecision(3) << wall
-          << " s";
+  summary << "device 0: east (70) " << pct(east_share0) << " west (30) " << pct(1 - east_share0)
+          << ", busy " << pct((e0 + w0) / wall) << " | device 1: east (30) " << pct(east_share1)
+          << " west (70) " << pct(1 - east_share1) << ", busy " << pct((e1 + w1) / wall)
+          << " | window " << std::setprecision(3) << wall << " s";
   std::cout << "[ multigpu ] shares: " << summary.str() << std::endl;
   RecordProperty("shares", summary.str());
   EXPECT_NEAR(east_share0, 0.70, 0.03) << summary.str();
@@ -255,8 +273,8 @@ TEST_F(MultiGpu, VisibleDevicesByIndexOrUuidAndCapsFollowTheDevice) {
                                    {"0", {0}},
                                    {uuid[1], {1}},
                                    {uuid[1] + "," + uuid[0], {1, 0}},
-                                   {"1,7,0", {1}},                // the list ends at an unknown device
-                                   {"0,0", {0}}};                 // ... and at a repeated one
+                                   {"1,7,0", {1}},  // the list ends at an unknown device
+                                   {"0,0", {0}}};   // ... and at a repeated one
   const uint64_t cap[2] = {kGiB, 512 * kMiB};
   for (const Case& c : cases) {
     SCOPED_TRACE("CUDA_VISIBLE_DEVICES=" + c.visible);
@@ -272,8 +290,10 @@ TEST_F(MultiGpu, VisibleDevicesByIndexOrUuidAndCapsFollowTheDevice) {
       for (size_t i = 0; i < c.physical.size(); ++i) {
         const auto& d = doc["devices"][i];
         const int phys = c.physical[i];
-        EXPECT_EQ(d["device"].get<int>(), static_cast<int>(i)) << "cuDeviceGet(ordinal) is the ordinal";
-        EXPECT_EQ(d["ctx_device"].get<int>(), static_cast<int>(i)) << "cuCtxGetDevice gives the ordinal";
+        EXPECT_EQ(d["device"].get<int>(), static_cast<int>(i))
+            << "cuDeviceGet(ordinal) is the ordinal";
+        EXPECT_EQ(d["ctx_device"].get<int>(), static_cast<int>(i))
+            << "cuCtxGetDevice gives the ordinal";
         EXPECT_EQ(d["uuid"], uuid[static_cast<size_t>(phys)]);
         const uint64_t expected_total = with_shim ? cap[phys] : 4 * kGiB;
         EXPECT_EQ(d["device_total"].get<uint64_t>(), expected_total) << r.out;
@@ -311,9 +331,10 @@ TEST_F(MultiGpu, RunWithPerDeviceCapsSeesEachCapInGpuOrder) {
   Environment env = base_env_;
   env["FRACGPU_SHIM"] = FRACGPU_SHIM_PATH;
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
-  ProcessResult r = run_process({FRACGPU_CLI, "--run-dir", run_dir(), "run", "--name", "ordered", "--gpu", "1,0",
-                                 "--memory", "0=1GiB,1=512MiB", "--", FRACGPU_ALLOC_CLIENT, "devices"},
-                                env, std::chrono::seconds(30));
+  ProcessResult r =
+      run_process({FRACGPU_CLI, "--run-dir", run_dir(), "run", "--name", "ordered", "--gpu", "1,0",
+                   "--memory", "0=1GiB,1=512MiB", "--", FRACGPU_ALLOC_CLIENT, "devices"},
+                  env, std::chrono::seconds(30));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   auto doc = last_json_line(r.out);
   ASSERT_EQ(doc["count"], 2) << r.out;
@@ -322,8 +343,8 @@ TEST_F(MultiGpu, RunWithPerDeviceCapsSeesEachCapInGpuOrder) {
   EXPECT_EQ(doc["devices"][1]["uuid"], uuid[0]);
   EXPECT_EQ(doc["devices"][1]["info_total"].get<uint64_t>(), kGiB);
   // A malformed map stops `run` before anything starts.
-  ProcessResult bad = run_process({FRACGPU_CLI, "--run-dir", run_dir(), "run", "--gpu", "0,1", "--memory",
-                                   "0=1GiB,1=1GiB,1=2GiB", "--", "true"},
+  ProcessResult bad = run_process({FRACGPU_CLI, "--run-dir", run_dir(), "run", "--gpu", "0,1",
+                                   "--memory", "0=1GiB,1=1GiB,1=2GiB", "--", "true"},
                                   env, std::chrono::seconds(30));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--memory names GPU 1 twice"), std::string::npos) << bad.err;

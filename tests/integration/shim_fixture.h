@@ -6,9 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "child_process.h"
 
@@ -23,7 +22,8 @@ class ShimFixture : public ::testing::Test {
     base_env_["FAKECUDA_MEMORY"] = "4GiB";
     base_env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
     // Diagnostics of the simulated driver reach the test's children when asked for.
-    if (const char* trace = std::getenv("FAKECUDA_TRACE_CAPTURE")) base_env_["FAKECUDA_TRACE_CAPTURE"] = trace;
+    if (const char* trace = std::getenv("FAKECUDA_TRACE_CAPTURE"))
+      base_env_["FAKECUDA_TRACE_CAPTURE"] = trace;
   }
   void TearDown() override { shm_unlink(shm_name_.c_str()); }
 

@@ -56,7 +56,8 @@ TEST_P(ShimRoutes, ReachesTheShimAndKeepsTheDriversResults) {
   EXPECT_EQ(hook_count("cuLaunchKernel" + pt), 3u);
   EXPECT_EQ(hook_count(route.per_thread ? "cuLaunchKernel" : "cuLaunchKernel_ptsz"), 0u);
   EXPECT_EQ(hook_count("cuMemsetD32Async" + pt), 1u);
-  EXPECT_EQ(hook_count(route.per_thread ? "cuMemcpyHtoDAsync_v2_ptsz" : "cuMemcpyHtoDAsync_v2"), 1u);
+  EXPECT_EQ(hook_count(route.per_thread ? "cuMemcpyHtoDAsync_v2_ptsz" : "cuMemcpyHtoDAsync_v2"),
+            1u);
   EXPECT_EQ(hook_stats()["driver"], FRACGPU_FAKECUDA_DIR "/libcuda.so.1");
   if (route.label.rfind("procaddress", 0) == 0) {
     EXPECT_GE(hook_stats()["proc_address"]["by_pointer"].get<int>(), 10);
@@ -69,7 +70,8 @@ INSTANTIATE_TEST_SUITE_P(AllRoutes, ShimRoutes, ::testing::ValuesIn(all_routes()
 using ShimBehaviour = ShimFixture;
 
 TEST_F(ShimBehaviour, GetProcAddressHonoursTheRequestedAbiVersion) {
-  ProcessResult r = run_process({FRACGPU_TEST_CLIENT, "--route", "procaddress", "--ctx-abis"}, shim_env());
+  ProcessResult r =
+      run_process({FRACGPU_TEST_CLIENT, "--route", "procaddress", "--ctx-abis"}, shim_env());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("\"ctx_abis\":true"), std::string::npos);
   EXPECT_EQ(hook_count("cuCtxCreate_v2"), 1u);
@@ -79,15 +81,18 @@ TEST_F(ShimBehaviour, GetProcAddressHonoursTheRequestedAbiVersion) {
 }
 
 TEST_F(ShimBehaviour, UnknownAndMissingSymbolsReturnNotFound) {
-  ProcessResult r = run_process({FRACGPU_TEST_CLIENT, "--route", "procaddress", "--probe-missing"}, shim_env());
+  ProcessResult r =
+      run_process({FRACGPU_TEST_CLIENT, "--route", "procaddress", "--probe-missing"}, shim_env());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("\"unknown_proc\":500"), std::string::npos) << r.out;  // CUDA_ERROR_NOT_FOUND
+  EXPECT_NE(r.out.find("\"unknown_proc\":500"), std::string::npos)
+      << r.out;  // CUDA_ERROR_NOT_FOUND
   // A public driver function the simulated driver does not implement: the shim's
   // forwarder must answer CUDA_ERROR_NOT_FOUND rather than jump to NULL.
   r = run_process({FRACGPU_TEST_CLIENT, "--route", "dlopen", "--probe-missing"}, shim_env());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("\"unimplemented_symbol\":500"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("cuTexRefCreate is not provided by the CUDA driver"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cuTexRefCreate is not provided by the CUDA driver"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(ShimBehaviour, FindsTheDriverThroughTheLibraryPath) {
@@ -119,11 +124,14 @@ TEST_F(ShimBehaviour, NoDriverGivesAnErrorCodeAndOneLineNotACrash) {
   ProcessResult r = run_process({FRACGPU_TEST_CLIENT, "--route", "direct"}, env);
   EXPECT_EQ(r.signal, 0);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("cuInit(0) failed: ? (100)"), std::string::npos) << r.out;  // CUDA_ERROR_NO_DEVICE
-  EXPECT_NE(r.err.find("no CUDA driver found (tried /nonexistent/libcuda.so.1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("cuInit(0) failed: ? (100)"), std::string::npos)
+      << r.out;  // CUDA_ERROR_NO_DEVICE
+  EXPECT_NE(r.err.find("no CUDA driver found (tried /nonexistent/libcuda.so.1)"), std::string::npos)
+      << r.err;
   // With no driver at all, the calls that fail say so, not that the driver lacks them.
   EXPECT_EQ(r.err.find("is not provided by the CUDA driver"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("cuInit fails: CUDA is unavailable to this process"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cuInit fails: CUDA is unavailable to this process"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(ShimBehaviour, DisabledShimOnlyForwards) {
@@ -143,7 +151,8 @@ TEST_F(ShimBehaviour, ProgramsThatNeverTouchCudaAreUnaffected) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "hello\n");
   EXPECT_EQ(r.err, "");
-  EXPECT_TRUE(std::filesystem::is_empty(stats_dir_.path())) << "the shim initialised without a CUDA call";
+  EXPECT_TRUE(std::filesystem::is_empty(stats_dir_.path()))
+      << "the shim initialised without a CUDA call";
 }
 
 TEST_F(ShimBehaviour, BadConfigurationIsReportedButDoesNotStopTheProgram) {

@@ -67,12 +67,15 @@ std::string enter_namespaces(std::string* why) {
                         write_text("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") &&
                         write_text("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
     if (mapped) return "user";
-    *why = std::string("user namespace created but its uid/gid maps could not be written: ") + std::strerror(errno);
+    *why = std::string("user namespace created but its uid/gid maps could not be written: ") +
+           std::strerror(errno);
     return "";
   }
-  *why = std::string("unshare(CLONE_NEWNS) as uid ") + std::to_string(uid) + ": " + std::strerror(root_error) +
+  *why = std::string("unshare(CLONE_NEWNS) as uid ") + std::to_string(uid) + ": " +
+         std::strerror(root_error) +
          "; unshare(CLONE_NEWUSER|CLONE_NEWNS): " + std::strerror(errno) +
-         " (unprivileged user namespaces disabled? see kernel.unprivileged_userns_clone / user.max_user_namespaces)";
+         " (unprivileged user namespaces disabled? see kernel.unprivileged_userns_clone / "
+         "user.max_user_namespaces)";
   return "";
 }
 
@@ -85,16 +88,20 @@ bool in_view(const std::string& path) {
 
 // Gives `dir` a writable private view whose entries lead to the original ones.
 void make_view(const std::string& dir) {
-  if (dir == "/") fail("refusing to put a view over / (mount target under a missing top-level directory)", EINVAL);
+  if (dir == "/")
+    fail("refusing to put a view over / (mount target under a missing top-level directory)",
+         EINVAL);
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) fail("stat " + dir);
   const std::string stash = g_scratch + "/stash" + std::to_string(g_views.size());
   if (::mkdir(stash.c_str(), 0700) != 0) fail("mkdir " + stash);
   // Recursive: a user namespace may not bind a tree without the mounts locked under it.
-  if (::mount(dir.c_str(), stash.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) fail("bind " + dir);
+  if (::mount(dir.c_str(), stash.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    fail("bind " + dir);
   char options[32];
   std::snprintf(options, sizeof options, "mode=%o", static_cast<unsigned>(st.st_mode & 07777));
-  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options) != 0) fail("tmpfs on " + dir);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options) != 0)
+    fail("tmpfs on " + dir);
   DIR* listing = ::opendir(stash.c_str());
   if (listing == nullptr) fail("opendir " + stash);
   while (dirent* e = ::readdir(listing)) {
@@ -134,7 +141,8 @@ void ensure_target(const std::string& path, bool directory) {
     const std::string next = existing + "/" + parts[i];
     if (::lstat(next.c_str(), &st) != 0) break;
     // Following a link could lead out of the view and create things on the host.
-    if (S_ISLNK(st.st_mode)) fail("mount target " + path + " passes through the symlink " + next, ELOOP);
+    if (S_ISLNK(st.st_mode))
+      fail("mount target " + path + " passes through the symlink " + next, ELOOP);
     existing = next;
   }
   if (existing.empty()) existing = "/";
@@ -170,13 +178,15 @@ void apply(const BindMount& m) {
   if (vfs.f_flag & ST_NOATIME) flags |= MS_NOATIME;
   if (vfs.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
   if (vfs.f_flag & ST_RELATIME) flags |= MS_RELATIME;
-  if (::mount(nullptr, m.container.c_str(), nullptr, flags, nullptr) != 0) fail("read-only remount of " + m.container);
+  if (::mount(nullptr, m.container.c_str(), nullptr, flags, nullptr) != 0)
+    fail("read-only remount of " + m.container);
 }
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: fracgpu-test-container-run --probe\n"
-               "       fracgpu-test-container-run --scratch DIR [--mount HOST CONTAINER ro|rw]... -- CMD [ARG]...\n");
+               "       fracgpu-test-container-run --scratch DIR [--mount HOST CONTAINER ro|rw]... "
+               "-- CMD [ARG]...\n");
   _exit(2);
 }
 
@@ -214,9 +224,11 @@ int main(int argc, char** argv) {
   }
   // Nothing mounted from here on may propagate back to the host's mount table.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("make / private");
-  if (::mount("tmpfs", g_scratch.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") != 0) fail("tmpfs on scratch");
+  if (::mount("tmpfs", g_scratch.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") != 0)
+    fail("tmpfs on scratch");
   for (const auto& m : mounts) apply(m);
   ::execvp(argv[i + 1], argv + i + 1);
-  std::fprintf(stderr, "fracgpu-test-container-run: exec %s: %s\n", argv[i + 1], std::strerror(errno));
+  std::fprintf(stderr, "fracgpu-test-container-run: exec %s: %s\n", argv[i + 1],
+               std::strerror(errno));
   return 127;
 }

@@ -43,7 +43,8 @@ TEST_F(DevicePluginTest, RegistersTheResourceAndItsEndpoint) {
   grpc::ClientContext pre_start_context;
   v1beta1::PreStartContainerRequest pre_start;
   v1beta1::PreStartContainerResponse pre_start_reply;
-  EXPECT_TRUE(plugin_stub_->PreStartContainer(&pre_start_context, pre_start, &pre_start_reply).ok());
+  EXPECT_TRUE(
+      plugin_stub_->PreStartContainer(&pre_start_context, pre_start, &pre_start_reply).ok());
 }
 
 TEST_F(DevicePluginTest, ListAndWatchAdvertisesEachGpuAsNHealthySlices) {
@@ -68,7 +69,8 @@ TEST_F(DevicePluginTest, ListAndWatchAdvertisesEachGpuAsNHealthySlices) {
 
 TEST_F(DevicePluginTest, SlicesPerGpuComeFromTheConfigFileWithPerNodeEntries) {
   stop_plugin();
-  std::ofstream(dir_.path() + "/plugin.conf") << "# cluster default\nslices=2\nslices.gpu-node-7=3\n";
+  std::ofstream(dir_.path() + "/plugin.conf")
+      << "# cluster default\nslices=2\nslices.gpu-node-7=3\n";
   start_plugin({"--config", dir_.path() + "/plugin.conf"}, {{"NODE_NAME", "gpu-node-7"}});
   EXPECT_EQ(first_list().devices_size(), 2 * 3);
   stop_plugin();
@@ -120,7 +122,8 @@ TEST_F(DevicePluginTest, AGpuMissingFromTheBrokerTurnsItsSlicesUnhealthy) {
   v1beta1::AllocateResponse response;
   auto refused = allocate(slice_ids(gpu1_, {0}), response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(refused.error_message().find("unhealthy"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("unhealthy"), std::string::npos)
+      << refused.error_message();
   v1beta1::AllocateResponse ok_response;
   EXPECT_TRUE(allocate(slice_ids(gpu0_, {0}), ok_response).ok());
   context.TryCancel();
@@ -144,7 +147,9 @@ TEST_F(DevicePluginTest, PreferredAllocationPacksOntoTheFullestGpuThatFits) {
   v1beta1::PreferredAllocationResponse response;
   ASSERT_TRUE(plugin_stub_->GetPreferredAllocation(&context, request, &response).ok());
   ASSERT_EQ(response.container_responses_size(), 3);
-  auto as_vector = [](const auto& repeated) { return std::vector<std::string>(repeated.begin(), repeated.end()); };
+  auto as_vector = [](const auto& repeated) {
+    return std::vector<std::string>(repeated.begin(), repeated.end());
+  };
   EXPECT_EQ(as_vector(response.container_responses(0).deviceids()), slice_ids(gpu1_, {1, 3}));
   EXPECT_EQ(as_vector(response.container_responses(1).deviceids()), slice_ids(gpu0_, {0, 1, 2}));
   EXPECT_EQ(as_vector(response.container_responses(2).deviceids()), slice_ids(gpu0_, {2, 0}));
@@ -159,10 +164,13 @@ TEST_F(DevicePluginTest, AllocateRegistersTheTenantWithItsShareOfTheGpu) {
   const std::string name = k8s::tenant_name_for(gpu1_, {1, 3});
 
   std::map<std::string, std::pair<std::string, bool>> mounts;
-  for (const auto& m : container.mounts()) mounts[m.container_path()] = {m.host_path(), m.read_only()};
+  for (const auto& m : container.mounts())
+    mounts[m.container_path()] = {m.host_path(), m.read_only()};
   ASSERT_EQ(mounts.size(), 3u);
-  EXPECT_EQ(mounts["/usr/local/fracgpu/lib/libfracgpu.so"], std::make_pair(std::string("/opt/fracgpu/libfracgpu.so"), true));
-  EXPECT_EQ(mounts["/etc/ld.so.preload"], std::make_pair(std::string("/opt/fracgpu/ld.so.preload"), true));
+  EXPECT_EQ(mounts["/usr/local/fracgpu/lib/libfracgpu.so"],
+            std::make_pair(std::string("/opt/fracgpu/libfracgpu.so"), true));
+  EXPECT_EQ(mounts["/etc/ld.so.preload"],
+            std::make_pair(std::string("/opt/fracgpu/ld.so.preload"), true));
   EXPECT_EQ(mounts["/run/fracgpu"], std::make_pair(run_dir() + "/tenants/" + name, false));
   EXPECT_TRUE(std::filesystem::exists(run_dir() + "/tenants/" + name + "/broker.sock"));
   EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), gpu1_);
@@ -193,8 +201,9 @@ TEST_F(DevicePluginTest, AProcessUsingTheAllocationIsCappedAtItsShare) {
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0}), response).ok());  // 1 of 4 slices: 4 GiB
   ProcessResult r;
-  auto result = run_in_allocation(response.container_responses(0),
-                                  {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
+  auto result =
+      run_in_allocation(response.container_responses(0),
+                        {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_TRUE(result.is_object()) << r.out;
   EXPECT_EQ(result["refused_with"], "CUDA_ERROR_OUT_OF_MEMORY");
@@ -204,9 +213,11 @@ TEST_F(DevicePluginTest, AProcessUsingTheAllocationIsCappedAtItsShare) {
 
 TEST_F(DevicePluginTest, AllocateRefusesSlicesOfTwoGpusClearly) {
   v1beta1::AllocateResponse response;
-  auto status = allocate({k8s::format_slice_id(gpu0_, 0), k8s::format_slice_id(gpu1_, 0)}, response);
+  auto status =
+      allocate({k8s::format_slice_id(gpu0_, 0), k8s::format_slice_id(gpu1_, 0)}, response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("different GPUs"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("different GPUs"), std::string::npos)
+      << status.error_message();
   auto listed = admin_.call({{"op", "list"}});
   ASSERT_TRUE(listed);
   EXPECT_TRUE((*listed)["tenants"].empty());
@@ -242,8 +253,9 @@ TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
   env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
   auto holder = std::make_unique<BackgroundProcess>(
-      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(64ull << 20)}, env,
-      dir_.path() + "/holder");
+      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes",
+                               std::to_string(64ull << 20)},
+      env, dir_.path() + "/holder");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (tenant(old_name)["processes"].empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -253,7 +265,8 @@ TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
   v1beta1::AllocateResponse refused_response;
   auto refused = allocate(slice_ids(gpu0_, {2, 3}), refused_response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("refused tenant"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("refused tenant"), std::string::npos)
+      << refused.error_message();
   EXPECT_FALSE(tenant(old_name).is_null());
 
   holder.reset();  // the old container's process is gone
@@ -294,7 +307,8 @@ TEST_F(DevicePluginTest, AllocateRidesOutABrokerRestartAndReportsAnOutage) {
   v1beta1::AllocateResponse response;
   auto down = allocate(slice_ids(gpu0_, {0}), response);
   EXPECT_EQ(down.error_code(), grpc::StatusCode::UNAVAILABLE) << down.error_message();
-  EXPECT_NE(down.error_message().find("cannot be reached"), std::string::npos) << down.error_message();
+  EXPECT_NE(down.error_message().find("cannot be reached"), std::string::npos)
+      << down.error_message();
   EXPECT_TRUE(plugin_->running());
   // Back within the retry window: the same call succeeds.
   std::thread restart([&] {

@@ -5,6 +5,7 @@
 // directory's sockets are removed, and a new kubelet.sock appears.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,15 +15,14 @@
 #include <mutex>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "deviceplugin/api.grpc.pb.h"
 
 namespace fracgpu::testing {
 
 class FakeRegistration final : public v1beta1::Registration::Service {
  public:
-  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request, v1beta1::Empty*) override {
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
+                        v1beta1::Empty*) override {
     std::lock_guard lock(mutex_);
     requests_.push_back(*request);
     arrived_.notify_all();
@@ -30,7 +30,8 @@ class FakeRegistration final : public v1beta1::Registration::Service {
   }
 
   // Waits until at least `count` registrations have arrived; returns them all.
-  std::vector<v1beta1::RegisterRequest> wait_for(std::size_t count, std::chrono::milliseconds limit) {
+  std::vector<v1beta1::RegisterRequest> wait_for(std::size_t count,
+                                                 std::chrono::milliseconds limit) {
     std::unique_lock lock(mutex_);
     arrived_.wait_for(lock, limit, [&] { return requests_.size() >= count; });
     return requests_;
@@ -64,7 +65,8 @@ class FakeKubelet {
 
   // A DevicePlugin client on the endpoint a registration named.
   std::unique_ptr<v1beta1::DevicePlugin::Stub> dial(const std::string& endpoint) const {
-    auto channel = grpc::CreateChannel("unix://" + plugin_dir_ + "/" + endpoint, grpc::InsecureChannelCredentials());
+    auto channel = grpc::CreateChannel("unix://" + plugin_dir_ + "/" + endpoint,
+                                       grpc::InsecureChannelCredentials());
     return v1beta1::DevicePlugin::NewStub(channel);
   }
 

@@ -18,9 +18,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "fake_kubelet.h"
 
@@ -37,11 +36,12 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "fracgpu-fake-kubelet: %s\n"
-               "usage: fracgpu-fake-kubelet --plugin-dir DIR --resource NAME --count K [--registrations N] "
-               "[--timeout-s S]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "fracgpu-fake-kubelet: %s\n"
+      "usage: fracgpu-fake-kubelet --plugin-dir DIR --resource NAME --count K [--registrations N] "
+      "[--timeout-s S]\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -56,7 +56,8 @@ struct Options {
 int positive(const std::string& flag, const char* text) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < 1 || value > 1000000) usage(flag + " needs a whole number >= 1");
+  if (end == text || *end != '\0' || value < 1 || value > 1000000)
+    usage(flag + " needs a whole number >= 1");
   return static_cast<int>(value);
 }
 
@@ -80,15 +81,29 @@ Options parse(int argc, char** argv) {
       usage("unknown argument " + arg);
     }
   }
-  if (o.plugin_dir.empty() || o.resource.empty() || o.count == 0) usage("--plugin-dir, --resource and --count are required");
+  if (o.plugin_dir.empty() || o.resource.empty() || o.count == 0)
+    usage("--plugin-dir, --resource and --count are required");
   return o;
 }
 
 std::string describe(const grpc::Status& status) {
-  static const char* const kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* const kCodes[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int code = status.error_code();
   const std::string name = code >= 0 && code <= 16 ? kCodes[code] : std::to_string(code);
   return name + ": " + status.error_message();
@@ -110,7 +125,8 @@ int main(int argc, char** argv) {
   if (ec) fail("cannot create the plugin directory " + o.plugin_dir + ": " + ec.message());
   FakeKubelet kubelet(o.plugin_dir);
   // FakeKubelet does not report a failed listen; the socket's absence does.
-  if (!std::filesystem::is_socket(kubelet.socket_path(), ec)) fail("could not serve " + kubelet.socket_path());
+  if (!std::filesystem::is_socket(kubelet.socket_path(), ec))
+    fail("could not serve " + kubelet.socket_path());
 
   const auto registrations = kubelet.registration().wait_for(
       static_cast<std::size_t>(o.registrations),
@@ -121,11 +137,13 @@ int main(int argc, char** argv) {
     if (r.resource_name() == o.resource && endpoint.empty()) endpoint = r.endpoint();
   }
   if (registrations.size() < static_cast<std::size_t>(o.registrations)) {
-    fail("timed out after " + std::to_string(o.timeout_s) + " s waiting for " + std::to_string(o.registrations) +
-         " registration(s) on " + kubelet.socket_path() + "; got " + std::to_string(registrations.size()) +
+    fail("timed out after " + std::to_string(o.timeout_s) + " s waiting for " +
+         std::to_string(o.registrations) + " registration(s) on " + kubelet.socket_path() +
+         "; got " + std::to_string(registrations.size()) +
          (registered.empty() ? "" : " (" + registered + ")"));
   }
-  if (endpoint.empty()) fail("no registration for resource " + o.resource + "; registered: " + registered);
+  if (endpoint.empty())
+    fail("no registration for resource " + o.resource + "; registered: " + registered);
   auto stub = kubelet.dial(endpoint);
 
   // The first ListAndWatch list: the slices the kubelet would know about.
@@ -135,15 +153,16 @@ int main(int argc, char** argv) {
     context.set_deadline(rpc_deadline());
     auto stream = stub->ListAndWatch(&context, v1beta1::Empty());
     v1beta1::ListAndWatchResponse list;
-    if (!stream->Read(&list)) fail("ListAndWatch on " + endpoint + " ended before a list: " + describe(stream->Finish()));
+    if (!stream->Read(&list))
+      fail("ListAndWatch on " + endpoint + " ended before a list: " + describe(stream->Finish()));
     for (const auto& device : list.devices()) {
       if (device.health() == "Healthy") devices.push_back(device.id());
     }
     context.TryCancel();
   }
   if (devices.size() < static_cast<std::size_t>(o.count)) {
-    fail(o.resource + ": " + std::to_string(devices.size()) + " healthy slice(s) listed, " + std::to_string(o.count) +
-         " wanted");
+    fail(o.resource + ": " + std::to_string(devices.size()) + " healthy slice(s) listed, " +
+         std::to_string(o.count) + " wanted");
   }
 
   nlohmann::json preferred = nlohmann::json::array();
@@ -157,7 +176,8 @@ int main(int argc, char** argv) {
     context.set_deadline(rpc_deadline());
     const grpc::Status status = stub->GetPreferredAllocation(&context, request, &response);
     if (!status.ok()) fail("GetPreferredAllocation failed: " + describe(status));
-    if (response.container_responses_size() != 1) fail("GetPreferredAllocation answered for no container");
+    if (response.container_responses_size() != 1)
+      fail("GetPreferredAllocation answered for no container");
     for (const auto& id : response.container_responses(0).deviceids()) preferred.push_back(id);
   }
   if (preferred.size() != static_cast<std::size_t>(o.count)) {
@@ -176,21 +196,25 @@ int main(int argc, char** argv) {
     if (!status.ok()) fail("Allocate " + preferred.dump() + " failed: " + describe(status));
   }
   if (response.container_responses_size() != 1) {
-    fail("Allocate answered " + std::to_string(response.container_responses_size()) + " containers, 1 asked");
+    fail("Allocate answered " + std::to_string(response.container_responses_size()) +
+         " containers, 1 asked");
   }
   const auto& container = response.container_responses(0);
   nlohmann::json mounts = nlohmann::json::array();
   for (const auto& m : container.mounts()) {
-    mounts.push_back({{"container_path", m.container_path()}, {"host_path", m.host_path()}, {"read_only", m.read_only()}});
+    mounts.push_back({{"container_path", m.container_path()},
+                      {"host_path", m.host_path()},
+                      {"read_only", m.read_only()}});
   }
   nlohmann::json envs = nlohmann::json::object(), annotations = nlohmann::json::object();
   for (const auto& [key, value] : container.envs()) envs[key] = value;
   for (const auto& [key, value] : container.annotations()) annotations[key] = value;
-  const nlohmann::json out = {{"resource", o.resource},
-                              {"endpoint", endpoint},
-                              {"devices", devices},
-                              {"preferred", preferred},
-                              {"allocate", {{"mounts", mounts}, {"envs", envs}, {"annotations", annotations}}}};
+  const nlohmann::json out = {
+      {"resource", o.resource},
+      {"endpoint", endpoint},
+      {"devices", devices},
+      {"preferred", preferred},
+      {"allocate", {{"mounts", mounts}, {"envs", envs}, {"annotations", annotations}}}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -40,14 +40,16 @@ TEST_F(FakeKubeletCliTest, AllocatesThePreferredSlicesAndPrintsTheResponse) {
        {std::tuple<std::string, int, std::string>{"fracgpu.io/gpu-slice", 2, "normal"},
         std::tuple<std::string, int, std::string>{"fracgpu.io/gpu-slice-high", 1, "high"}}) {
     SCOPED_TRACE(resource);
-    ProcessResult r = run_cli({"--resource", resource, "--count", std::to_string(count), "--registrations", "2",
-                               "--timeout-s", "15"});
+    ProcessResult r = run_cli({"--resource", resource, "--count", std::to_string(count),
+                               "--registrations", "2", "--timeout-s", "15"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err << "\nplugin log:\n" << plugin_->err();
     ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;  // ONE JSON object
     const auto out = nlohmann::json::parse(r.out);
     EXPECT_EQ(out["resource"], resource);
-    EXPECT_EQ(out["endpoint"], resource == "fracgpu.io/gpu-slice" ? "fracgpu.sock" : "fracgpu-high.sock");
-    EXPECT_EQ(out["devices"].size(), resource == "fracgpu.io/gpu-slice" ? 12u : 4u);  // 6 or 2 per GPU
+    EXPECT_EQ(out["endpoint"],
+              resource == "fracgpu.io/gpu-slice" ? "fracgpu.sock" : "fracgpu-high.sock");
+    EXPECT_EQ(out["devices"].size(),
+              resource == "fracgpu.io/gpu-slice" ? 12u : 4u);  // 6 or 2 per GPU
     ASSERT_EQ(out["preferred"].size(), static_cast<std::size_t>(count));
     const std::set<std::string> listed(out["devices"].begin(), out["devices"].end());
     for (const auto& id : out["preferred"]) EXPECT_TRUE(listed.count(id.get<std::string>())) << id;
@@ -55,7 +57,8 @@ TEST_F(FakeKubeletCliTest, AllocatesThePreferredSlicesAndPrintsTheResponse) {
     const auto& allocate = out["allocate"];
     std::set<std::string> paths;
     for (const auto& m : allocate["mounts"]) paths.insert(m["container_path"].get<std::string>());
-    EXPECT_EQ(paths, (std::set<std::string>{k8s::kContainerShimPath, "/etc/ld.so.preload", "/run/fracgpu"}));
+    EXPECT_EQ(paths, (std::set<std::string>{k8s::kContainerShimPath, "/etc/ld.so.preload",
+                                            "/run/fracgpu"}));
     EXPECT_EQ(allocate["envs"]["FRACGPU_SOCKET"], "/run/fracgpu/broker.sock");
     EXPECT_EQ(allocate["annotations"]["fracgpu.io/slices"], std::to_string(count) + "/8");
     EXPECT_EQ(allocate["annotations"]["fracgpu.io/slice-class"], priority);
@@ -69,22 +72,25 @@ TEST_F(FakeKubeletCliTest, AllocatesThePreferredSlicesAndPrintsTheResponse) {
 }
 
 TEST_F(FakeKubeletCliTest, FailuresAreOneLineAndANonZeroStatus) {
-  ProcessResult none = run_cli({"--resource", "fracgpu.io/no-such", "--count", "1", "--registrations", "2",
-                                "--timeout-s", "15"});
+  ProcessResult none = run_cli({"--resource", "fracgpu.io/no-such", "--count", "1",
+                                "--registrations", "2", "--timeout-s", "15"});
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_EQ(none.out, "");
-  EXPECT_NE(none.err.find("no registration for resource fracgpu.io/no-such; registered: "), std::string::npos)
+  EXPECT_NE(none.err.find("no registration for resource fracgpu.io/no-such; registered: "),
+            std::string::npos)
       << none.err;
 
-  ProcessResult too_many = run_cli({"--resource", "fracgpu.io/gpu-slice-high", "--count", "5", "--registrations",
-                                    "2", "--timeout-s", "15"});
+  ProcessResult too_many = run_cli({"--resource", "fracgpu.io/gpu-slice-high", "--count", "5",
+                                    "--registrations", "2", "--timeout-s", "15"});
   EXPECT_EQ(too_many.exit_code, 1);
-  EXPECT_NE(too_many.err.find("4 healthy slice(s) listed, 5 wanted"), std::string::npos) << too_many.err;
+  EXPECT_NE(too_many.err.find("4 healthy slice(s) listed, 5 wanted"), std::string::npos)
+      << too_many.err;
 
-  ProcessResult late = run_cli({"--resource", "fracgpu.io/gpu-slice", "--count", "1", "--registrations", "3",
-                                "--timeout-s", "3"});
+  ProcessResult late = run_cli({"--resource", "fracgpu.io/gpu-slice", "--count", "1",
+                                "--registrations", "3", "--timeout-s", "3"});
   EXPECT_EQ(late.exit_code, 1);
-  EXPECT_NE(late.err.find("timed out after 3 s waiting for 3 registration(s)"), std::string::npos) << late.err;
+  EXPECT_NE(late.err.find("timed out after 3 s waiting for 3 registration(s)"), std::string::npos)
+      << late.err;
   EXPECT_EQ(std::count(late.err.begin(), late.err.end(), '\n'), 1) << late.err;
 
   ProcessResult bad = run_cli({"--resource", "fracgpu.io/gpu-slice", "--count", "0"});

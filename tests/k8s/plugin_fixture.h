@@ -8,6 +8,7 @@
 // constructor.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -16,8 +17,6 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "child_process.h"
 #include "client/broker_launcher.h"
@@ -51,7 +50,8 @@ class PluginNodeTest : public ::testing::Test {
   void TearDown() override {
     if (plugin_) {
       plugin_->kill_now(SIGTERM);
-      EXPECT_NE(plugin_->wait(std::chrono::seconds(10)), -1) << "the plugin did not stop on SIGTERM";
+      EXPECT_NE(plugin_->wait(std::chrono::seconds(10)), -1)
+          << "the plugin did not stop on SIGTERM";
     }
     plugin_.reset();
     kubelet_.reset();
@@ -67,7 +67,8 @@ class PluginNodeTest : public ::testing::Test {
     launch.program = {FRACGPU_BROKER};
     launch.run_dir = run_dir();
     launch.state_dir = dir_.path() + "/state";
-    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "64MiB"};
+    launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint",
+                   "64MiB"};
     launch.environment = env_;
     launch.log_file = dir_.path() + "/broker-" + std::to_string(++broker_starts_) + ".log";
     launch.ready_timeout = std::chrono::seconds(10);
@@ -84,24 +85,38 @@ class PluginNodeTest : public ::testing::Test {
       slice_args = {"--slices", std::to_string(slices_)};
       slice_args.insert(slice_args.end(), extra_args_.begin(), extra_args_.end());
     }
-    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", plugin_dir(), "--broker-run-dir", run_dir(),
-                                     "--shim-host-path", shim_host_path_, "--preload-host-path", preload_host_path_,
-                                     "--health-interval-ms", "200", "--log-level", "debug"};
+    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN,
+                                     "--plugin-dir",
+                                     plugin_dir(),
+                                     "--broker-run-dir",
+                                     run_dir(),
+                                     "--shim-host-path",
+                                     shim_host_path_,
+                                     "--preload-host-path",
+                                     preload_host_path_,
+                                     "--health-interval-ms",
+                                     "200",
+                                     "--log-level",
+                                     "debug"};
     argv.insert(argv.end(), slice_args.begin(), slice_args.end());
     Environment env = env_;
     for (const auto& [key, value] : extra_env) env[key] = value;
-    plugin_ =
-        std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
+    plugin_ = std::make_unique<BackgroundProcess>(
+        argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
     expected_registrations_ += static_cast<std::size_t>(registrations_per_start_);
-    auto registrations = kubelet_->registration().wait_for(expected_registrations_, std::chrono::seconds(10));
-    ASSERT_EQ(registrations.size(), expected_registrations_) << "no registration; plugin log:\n" << plugin_->err();
+    auto registrations =
+        kubelet_->registration().wait_for(expected_registrations_, std::chrono::seconds(10));
+    ASSERT_EQ(registrations.size(), expected_registrations_) << "no registration; plugin log:\n"
+                                                             << plugin_->err();
     stubs_.clear();
     for (auto r = registrations.end() - registrations_per_start_; r != registrations.end(); ++r) {
       stubs_[r->resource_name()] = kubelet_->dial(r->endpoint());
     }
-    auto normal = std::find_if(registrations.end() - registrations_per_start_, registrations.end(),
-                               [](const auto& r) { return r.resource_name() == "fracgpu.io/gpu-slice"; });
-    plugin_stub_ = kubelet_->dial((normal != registrations.end() ? *normal : registrations.back()).endpoint());
+    auto normal =
+        std::find_if(registrations.end() - registrations_per_start_, registrations.end(),
+                     [](const auto& r) { return r.resource_name() == "fracgpu.io/gpu-slice"; });
+    plugin_stub_ =
+        kubelet_->dial((normal != registrations.end() ? *normal : registrations.back()).endpoint());
   }
 
   void stop_plugin() {
@@ -163,7 +178,8 @@ class PluginNodeTest : public ::testing::Test {
     EXPECT_FALSE(tenant_dir.empty());
     Environment env = env_;
     for (const auto& [key, value] : container.envs()) env[key] = value;
-    env["FRACGPU_SOCKET"] = tenant_dir + "/broker.sock";  // /run/fracgpu/broker.sock in the container
+    env["FRACGPU_SOCKET"] =
+        tenant_dir + "/broker.sock";  // /run/fracgpu/broker.sock in the container
     env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
     env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
     raw = run_process(argv, env, std::chrono::seconds(30));
@@ -182,7 +198,7 @@ class PluginNodeTest : public ::testing::Test {
   // What the plugin is started with; a derived fixture may change them in its constructor.
   int slices_ = 4;
   std::vector<std::string> extra_args_;  // e.g. {"--high-slices", "2"}
-  int registrations_per_start_ = 1;       // resources the plugin registers with those flags
+  int registrations_per_start_ = 1;      // resources the plugin registers with those flags
   std::string shim_host_path_ = "/opt/fracgpu/libfracgpu.so";
   std::string preload_host_path_ = "/opt/fracgpu/ld.so.preload";
 

@@ -27,14 +27,15 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
-constexpr uint64_t kFootprint = 64 * kMiB;  // FAKECUDA_CONTEXT_FOOTPRINT and the broker's --context-footprint
+constexpr uint64_t kFootprint =
+    64 * kMiB;  // FAKECUDA_CONTEXT_FOOTPRINT and the broker's --context-footprint
 constexpr const char* kHostPreload = "/etc/ld.so.preload";
 
 // The helper's probe, run once: exit 0 and the kind of namespace it got ("root", or
 // "user" where only an unprivileged user namespace could be had), or exit 77 and why not.
 const ProcessResult& namespace_probe() {
-  static const ProcessResult probe =
-      run_process({FRACGPU_CONTAINER_RUN, "--probe"}, clean_environment(), std::chrono::seconds(10));
+  static const ProcessResult probe = run_process({FRACGPU_CONTAINER_RUN, "--probe"},
+                                                 clean_environment(), std::chrono::seconds(10));
   return probe;
 }
 
@@ -46,7 +47,8 @@ std::optional<std::string> host_preload() {
 // The last JSON object a fracgpu-alloc-client printed.
 nlohmann::json last_json(const std::string& out) {
   const auto at = out.rfind('{');
-  return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(out.substr(at), nullptr, false);
+  return at == std::string::npos ? nlohmann::json()
+                                 : nlohmann::json::parse(out.substr(at), nullptr, false);
 }
 
 class PodTest : public PluginNodeTest {
@@ -59,7 +61,8 @@ class PodTest : public PluginNodeTest {
 
   void SetUp() override {
     const ProcessResult& probe = namespace_probe();
-    if (probe.exit_code == 77) GTEST_SKIP() << "no mount namespace for the container: " << probe.err;
+    if (probe.exit_code == 77)
+      GTEST_SKIP() << "no mount namespace for the container: " << probe.err;
     ASSERT_EQ(probe.exit_code, 0) << "the namespace probe failed: " << probe.out << probe.err;
     RecordProperty("namespace", probe.out.substr(0, probe.out.find('\n')));
     host_preload_before_ = host_preload();
@@ -85,13 +88,16 @@ class PodTest : public PluginNodeTest {
     EXPECT_EQ(host_preload(), host_preload_before_) << "the host's " << kHostPreload << " changed";
   }
 
-  const v1beta1::ContainerAllocateResponse& container() const { return response_.container_responses(0); }
+  const v1beta1::ContainerAllocateResponse& container() const {
+    return response_.container_responses(0);
+  }
 
   // The runtime's argv: the helper with the response's mounts, then the command.
   std::vector<std::string> in_container(const std::vector<std::string>& command) const {
     std::vector<std::string> argv = {FRACGPU_CONTAINER_RUN, "--scratch", dir_.path() + "/scratch"};
     for (const auto& m : container().mounts()) {
-      argv.insert(argv.end(), {"--mount", m.host_path(), m.container_path(), m.read_only() ? "ro" : "rw"});
+      argv.insert(argv.end(),
+                  {"--mount", m.host_path(), m.container_path(), m.read_only() ? "ro" : "rw"});
     }
     argv.push_back("--");
     argv.insert(argv.end(), command.begin(), command.end());
@@ -117,8 +123,8 @@ class PodTest : public PluginNodeTest {
   // Starts `fracgpu-alloc-client hold` in a container; returns once it holds the memory.
   std::unique_ptr<BackgroundProcess> start_holder(uint64_t bytes, const std::string& tag) {
     auto holder = std::make_unique<BackgroundProcess>(
-        in_container({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(bytes)}), container_env(),
-        dir_.path() + "/" + tag);
+        in_container({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(bytes)}),
+        container_env(), dir_.path() + "/" + tag);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (holder->out().find("holding") == std::string::npos && holder->running() &&
            std::chrono::steady_clock::now() < deadline) {
@@ -157,8 +163,8 @@ TEST_F(PodTest, AContainerOnTwoOfEightSlicesIsCappedAndRunsAsItsTenant) {
   EXPECT_EQ(seen["device_total"].get<uint64_t>(), cap_) << info.out;
   EXPECT_EQ(seen["free"].get<uint64_t>(), cap_ - kFootprint) << info.out;
 
-  ProcessResult over =
-      run_in_container({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(cap_ - kFootprint + kMiB)});
+  ProcessResult over = run_in_container(
+      {FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(cap_ - kFootprint + kMiB)});
   EXPECT_EQ(over.signal, 0);
   EXPECT_EQ(over.exit_code, 1) << over.out << over.err;
   EXPECT_NE(over.out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << over.out << over.err;
@@ -219,16 +225,18 @@ TEST_F(PodTest, OnlyProcessesInTheContainerLoadTheShim) {
       "test -w /run/fracgpu && echo run-writable";
   ProcessResult inside = run_in_container({"/bin/sh", "-c", script});
   EXPECT_EQ(inside.exit_code, 0) << inside.err;
-  EXPECT_EQ(inside.out,
-            std::string(k8s::kContainerShimPath) +
-                "\ncache-reachable\nsocket\nshim-loaded\npreload-read-only\nshim-read-only\nrun-writable\n");
+  EXPECT_EQ(inside.out, std::string(k8s::kContainerShimPath) +
+                            "\ncache-reachable\nsocket\nshim-loaded\npreload-read-only\nshim-read-"
+                            "only\nrun-writable\n");
   EXPECT_EQ(inside.err, "");
 
   auto holder = start_holder(256 * kMiB, "holder");
   ASSERT_FALSE(HasFailure());
-  ProcessResult host_maps = run_process({"/bin/grep", "-c", "libfracgpu", "/proc/self/maps"}, container_env());
+  ProcessResult host_maps =
+      run_process({"/bin/grep", "-c", "libfracgpu", "/proc/self/maps"}, container_env());
   EXPECT_EQ(host_maps.out, "0\n");
-  ProcessResult host = run_process({FRACGPU_ALLOC_CLIENT, "info"}, container_env(), std::chrono::seconds(30));
+  ProcessResult host =
+      run_process({FRACGPU_ALLOC_CLIENT, "info"}, container_env(), std::chrono::seconds(30));
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
   EXPECT_EQ(last_json(host.out)["total"].get<uint64_t>(), gpu_memory_) << host.out;
   EXPECT_EQ(last_json(host.out)["device_total"].get<uint64_t>(), gpu_memory_) << host.out;
@@ -262,10 +270,13 @@ TEST_F(PodTest, WithTheBrokerGoneCudaIsUnavailableButTheProgramRuns) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // the client's own exit on a CUDA error
   EXPECT_NE(r.out.find("\"api.cuInit(0) failed: ? (100)\""), std::string::npos) << r.out << r.err;
-  EXPECT_NE(r.err.find("error: cannot register with the fracgpu broker at /run/fracgpu/broker.sock"), std::string::npos)
+  EXPECT_NE(
+      r.err.find("error: cannot register with the fracgpu broker at /run/fracgpu/broker.sock"),
+      std::string::npos)
       << r.err;
   std::size_t error_lines = 0;
-  for (std::size_t at = r.err.find(" error: "); at != std::string::npos; at = r.err.find(" error: ", at + 1)) {
+  for (std::size_t at = r.err.find(" error: "); at != std::string::npos;
+       at = r.err.find(" error: ", at + 1)) {
     ++error_lines;
   }
   EXPECT_EQ(error_lines, 1u) << r.err;

@@ -72,13 +72,15 @@ TEST_F(SliceClassTest, RegistersOneResourcePerClassEachWithItsOwnEndpoint) {
     ASSERT_EQ(stat((plugin_dir() + "/" + r.endpoint()).c_str(), &st), 0) << r.endpoint();
     EXPECT_TRUE(S_ISSOCK(st.st_mode));
   }
-  EXPECT_EQ(endpoints, (std::map<std::string, std::string>{{kNormal, "fracgpu.sock"},
-                                                           {kHigh, "fracgpu-high.sock"},
-                                                           {kBestEffort, "fracgpu-besteffort.sock"}}));
+  EXPECT_EQ(endpoints,
+            (std::map<std::string, std::string>{{kNormal, "fracgpu.sock"},
+                                                {kHigh, "fracgpu-high.sock"},
+                                                {kBestEffort, "fracgpu-besteffort.sock"}}));
   for (const auto& resource : {kNormal, kHigh, kBestEffort}) {
     grpc::ClientContext context;
     v1beta1::DevicePluginOptions options;
-    ASSERT_TRUE(stub(resource).GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok()) << resource;
+    ASSERT_TRUE(stub(resource).GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok())
+        << resource;
   }
 }
 
@@ -117,16 +119,20 @@ TEST_F(SliceClassTest, AHighSliceMakesAGuaranteedHighPriorityTenant) {
   v1beta1::AllocateResponse wrong;
   auto normal_id_on_high = allocate(slice_ids(gpu1_, {0}), wrong, &stub(kHigh));
   EXPECT_EQ(normal_id_on_high.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(normal_id_on_high.error_message().find("is not a fracgpu.io/gpu-slice-high slice"), std::string::npos)
+  EXPECT_NE(normal_id_on_high.error_message().find("is not a fracgpu.io/gpu-slice-high slice"),
+            std::string::npos)
       << normal_id_on_high.error_message();
   auto high_id_on_normal = allocate(slice_ids(gpu1_, {6}), wrong);
-  EXPECT_EQ(high_id_on_normal.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << high_id_on_normal.error_message();
+  EXPECT_EQ(high_id_on_normal.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << high_id_on_normal.error_message();
 
   // The cross-GPU refusal holds per resource, naming it.
-  auto spanning = allocate({k8s::format_slice_id(gpu0_, 6), k8s::format_slice_id(gpu1_, 6)}, wrong, &stub(kHigh));
+  auto spanning = allocate({k8s::format_slice_id(gpu0_, 6), k8s::format_slice_id(gpu1_, 6)}, wrong,
+                           &stub(kHigh));
   EXPECT_EQ(spanning.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(spanning.error_message().find("request at most 2 fracgpu.io/gpu-slice-high per container"),
-            std::string::npos)
+  EXPECT_NE(
+      spanning.error_message().find("request at most 2 fracgpu.io/gpu-slice-high per container"),
+      std::string::npos)
       << spanning.error_message();
 
   // A restarted container gets the same IDs again: the same tenant, not a second one.
@@ -142,11 +148,13 @@ TEST_F(SliceClassTest, ABestEffortSliceMakesALowPriorityTenantWithNoGuarantee) {
   ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << plugin_->err();
   const std::string name = k8s::tenant_name_for(gpu0_, {8, 9}, k8s::kBestEffortTenantPrefix);
   EXPECT_EQ(name.substr(0, 2), "b-");
-  EXPECT_EQ(response.container_responses(0).annotations().at("fracgpu.io/slice-class"), "besteffort");
+  EXPECT_EQ(response.container_responses(0).annotations().at("fracgpu.io/slice-class"),
+            "besteffort");
   const auto d = device_of(name);
   EXPECT_EQ(d["gpu"], 0);
   EXPECT_EQ(d["priority"], "low");
-  EXPECT_EQ(d["memory_limit"].get<uint64_t>(), 4 * kGiB);  // 2 slices of capacity/8, as for any class
+  EXPECT_EQ(d["memory_limit"].get<uint64_t>(),
+            4 * kGiB);  // 2 slices of capacity/8, as for any class
   EXPECT_EQ(d["memory_request"].get<uint64_t>(), 0u);
   EXPECT_EQ(d["compute"], 25);
 
@@ -164,20 +172,24 @@ TEST_F(SliceClassTest, ABestEffortSliceMakesALowPriorityTenantWithNoGuarantee) {
 TEST_F(SliceClassTest, ABestEffortTenantGetsOnlyMemoryNoOneIsGuaranteed) {
   v1beta1::AllocateResponse normal, high, besteffort;
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3, 4, 5}), normal).ok());  // 12 GiB guaranteed
-  ASSERT_TRUE(allocate(slice_ids(gpu0_, {6}), high, &stub(kHigh)).ok());   // 2 GiB guaranteed
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {6}), high, &stub(kHigh)).ok());     // 2 GiB guaranteed
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {8, 9}), besteffort, &stub(kBestEffort)).ok());
   ProcessResult r;
-  auto result = run_in_allocation(besteffort.container_responses(0),
-                                  {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
+  auto result =
+      run_in_allocation(besteffort.container_responses(0),
+                        {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_TRUE(result.is_object()) << r.out;
   EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB);  // it sees its cap...
   EXPECT_EQ(result["refused_with"], "CUDA_ERROR_OUT_OF_MEMORY");
-  EXPECT_EQ(result["allocated"].get<uint64_t>(), 2 * kGiB - kContext);  // ...but gets only the unguaranteed 2 GiB
+  EXPECT_EQ(result["allocated"].get<uint64_t>(),
+            2 * kGiB - kContext);  // ...but gets only the unguaranteed 2 GiB
   // The guarantees are intact: both tenants are still admitted at their full request.
-  EXPECT_EQ(device_of(k8s::tenant_name_for(gpu0_, {0, 1, 2, 3, 4, 5}))["memory_request"].get<uint64_t>(),
-            12 * kGiB);
-  EXPECT_EQ(device_of(k8s::tenant_name_for(gpu0_, {6}, k8s::kHighTenantPrefix))["memory_request"].get<uint64_t>(),
+  EXPECT_EQ(
+      device_of(k8s::tenant_name_for(gpu0_, {0, 1, 2, 3, 4, 5}))["memory_request"].get<uint64_t>(),
+      12 * kGiB);
+  EXPECT_EQ(device_of(k8s::tenant_name_for(gpu0_, {6}, k8s::kHighTenantPrefix))["memory_request"]
+                .get<uint64_t>(),
             2 * kGiB);
 }
 
@@ -225,16 +237,20 @@ TEST(SliceClassFlags, BadClassSettingsAreRefusedClearly) {
       {{"--slices", "8", "--high-slices", "-1"}, "high-slices must be between 0 and slices (8)"},
       {{"--config", d + "/too-many.conf"}, "high-slices must be between 0 and slices (4)"},
       {{"--config", d + "/garbage.conf"}, "high-slices must be a whole number, got \"two\""},
-      {{"--slices", "8", "--besteffort-slices", "-2"}, "besteffort-slices must be between 0 and 56"},
-      {{"--slices", "8", "--besteffort-slices", "57"}, "besteffort-slices must be between 0 and 56"},
+      {{"--slices", "8", "--besteffort-slices", "-2"},
+       "besteffort-slices must be between 0 and 56"},
+      {{"--slices", "8", "--besteffort-slices", "57"},
+       "besteffort-slices must be between 0 and 56"},
       {{"--high-slices", "lots"}, "--high-slices"},
   };
   for (const auto& [args, message] : cases) {
-    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", d, "--broker-run-dir", d};
+    std::vector<std::string> argv = {FRACGPU_DEVICE_PLUGIN, "--plugin-dir", d, "--broker-run-dir",
+                                     d};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessResult r = run_process(argv, clean_environment(), std::chrono::seconds(10));
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
-    EXPECT_NE((r.err + r.out).find(message), std::string::npos) << args.back() << ": " << r.err << r.out;
+    EXPECT_NE((r.err + r.out).find(message), std::string::npos)
+        << args.back() << ": " << r.err << r.out;
     for (const char* socket : {"fracgpu.sock", "fracgpu-high.sock", "fracgpu-besteffort.sock"}) {
       EXPECT_FALSE(std::filesystem::exists(d + "/" + socket)) << socket;
     }

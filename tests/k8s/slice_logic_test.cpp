@@ -50,7 +50,8 @@ TEST(SliceIds, RoundTripAndRejectGarbage) {
   EXPECT_EQ(parsed->gpu_uuid, "GPU-abc");
   EXPECT_EQ(parsed->index, 7);
   EXPECT_EQ(format_slice_id("GPU-abc", 7), "GPU-abc::7");
-  for (const char* bad : {"GPU-abc", "::3", "GPU-abc::", "GPU-abc::x", "GPU-abc::-1", "GPU-abc::64", "GPU::1 "}) {
+  for (const char* bad :
+       {"GPU-abc", "::3", "GPU-abc::", "GPU-abc::x", "GPU-abc::-1", "GPU-abc::64", "GPU::1 "}) {
     EXPECT_FALSE(parse_slice_id(bad)) << bad;
   }
 }
@@ -71,7 +72,8 @@ TEST(SliceIds, TenantNameIsDeterministicAndDecodable) {
     return v;
   }());
   EXPECT_LE(all.size(), 63u);
-  for (char c : all) EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') << all;
+  for (char c : all)
+    EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') << all;
   EXPECT_FALSE(parse_tenant_name("run-1234"));
   EXPECT_FALSE(parse_tenant_name("s-zz-1"));
 }
@@ -129,7 +131,8 @@ class ConfigFile : public ::testing::Test {
 
 TEST_F(ConfigFile, KeyValueWithPerNodeOverride) {
   PluginConfig config;
-  ASSERT_TRUE(load_config_file(write("# slices\nslices = 4\nslices.node-b=2\nfuture=1\n"), "node-a", config));
+  ASSERT_TRUE(load_config_file(write("# slices\nslices = 4\nslices.node-b=2\nfuture=1\n"), "node-a",
+                               config));
   EXPECT_EQ(config.slices, 4);
   ASSERT_TRUE(load_config_file(write("slices.node-b=2\nslices=4\n"), "node-b", config));
   EXPECT_EQ(config.slices, 2);
@@ -137,9 +140,11 @@ TEST_F(ConfigFile, KeyValueWithPerNodeOverride) {
 
 TEST_F(ConfigFile, JsonWithPerNodeOverride) {
   PluginConfig config;
-  ASSERT_TRUE(load_config_file(write(R"({"slices": 10, "nodes": {"n1": {"slices": 5}}})"), "n1", config));
+  ASSERT_TRUE(
+      load_config_file(write(R"({"slices": 10, "nodes": {"n1": {"slices": 5}}})"), "n1", config));
   EXPECT_EQ(config.slices, 5);
-  ASSERT_TRUE(load_config_file(write(R"({"slices": 10, "nodes": {"n1": {"slices": 5}}})"), "n2", config));
+  ASSERT_TRUE(
+      load_config_file(write(R"({"slices": 10, "nodes": {"n1": {"slices": 5}}})"), "n2", config));
   EXPECT_EQ(config.slices, 10);
 }
 
@@ -162,26 +167,28 @@ TEST_F(ConfigFile, BadInputIsOneSentenceNotACrash) {
 
 TEST_F(ConfigFile, ClassSizesWithPerNodeOverrides) {
   PluginConfig config;
-  ASSERT_TRUE(load_config_file(
-      write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices.node-b=3\nbesteffort-slices.node-b=0\n"),
-      "node-a", config));
+  ASSERT_TRUE(load_config_file(write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices."
+                                     "node-b=3\nbesteffort-slices.node-b=0\n"),
+                               "node-a", config));
   EXPECT_EQ(config.slices, 8);
   EXPECT_EQ(config.high_slices, 2);
   EXPECT_EQ(config.besteffort_slices, 4);
-  ASSERT_TRUE(load_config_file(
-      write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices.node-b=3\nbesteffort-slices.node-b=0\n"),
-      "node-b", config));
+  ASSERT_TRUE(load_config_file(write("slices=8\nhigh-slices=2\nbesteffort-slices=4\nhigh-slices."
+                                     "node-b=3\nbesteffort-slices.node-b=0\n"),
+                               "node-b", config));
   EXPECT_EQ(config.high_slices, 3);
   EXPECT_EQ(config.besteffort_slices, 0);
   PluginConfig json;
   ASSERT_TRUE(load_config_file(
-      write(R"({"slices": 10, "high-slices": 1, "nodes": {"n1": {"besteffort-slices": 6}}})"), "n1", json));
+      write(R"({"slices": 10, "high-slices": 1, "nodes": {"n1": {"besteffort-slices": 6}}})"), "n1",
+      json));
   EXPECT_EQ(json.slices, 10);
   EXPECT_EQ(json.high_slices, 1);
   EXPECT_EQ(json.besteffort_slices, 6);
   auto garbage = load_config_file(write("besteffort-slices=some\n"), "", json);
   ASSERT_FALSE(garbage);
-  EXPECT_NE(garbage.error().find("besteffort-slices must be a whole number"), std::string::npos) << garbage.error();
+  EXPECT_NE(garbage.error().find("besteffort-slices must be a whole number"), std::string::npos)
+      << garbage.error();
   EXPECT_FALSE(load_config_file(write(R"({"high-slices": 1.5})"), "", json));
 }
 
@@ -191,7 +198,8 @@ TEST(ConfigValidation, ClassSizesMustFitTheGpu) {
   config.high_slices = 9;
   auto too_many = validate(config);
   ASSERT_FALSE(too_many);
-  EXPECT_NE(too_many.error().find("high-slices must be between 0 and slices (8)"), std::string::npos)
+  EXPECT_NE(too_many.error().find("high-slices must be between 0 and slices (8)"),
+            std::string::npos)
       << too_many.error();
   config.high_slices = -1;
   EXPECT_FALSE(validate(config));
@@ -203,7 +211,8 @@ TEST(ConfigValidation, ClassSizesMustFitTheGpu) {
   config.besteffort_slices = 57;  // 8 + 57 > 64: the indices would not fit a tenant name's mask
   auto beyond = validate(config);
   ASSERT_FALSE(beyond);
-  EXPECT_NE(beyond.error().find("besteffort-slices must be between 0 and 56"), std::string::npos) << beyond.error();
+  EXPECT_NE(beyond.error().find("besteffort-slices must be between 0 and 56"), std::string::npos)
+      << beyond.error();
   config.besteffort_slices = 56;
   EXPECT_TRUE(validate(config));
 }
@@ -272,7 +281,8 @@ TEST(ResourceClasses, EachClassGetsItsQuota) {
 
 TEST(AllocationPlan, QuotaFollowsSlices) {
   SliceInventory inventory;
-  inventory.apply({{0, "GPU-a", "Fake", 80 * kGiB, 80 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 15 * kGiB}});
+  inventory.apply(
+      {{0, "GPU-a", "Fake", 80 * kGiB, 80 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 15 * kGiB}});
   const auto cls = normal_class(8);
   auto plan = plan_allocation(ids("GPU-a", {6, 1}), inventory, cls);
   ASSERT_TRUE(plan) << plan.error();
@@ -313,14 +323,16 @@ TEST(AllocationPlan, EachClassMakesItsOwnTenantAndAcceptsOnlyItsOwnSlices) {
   EXPECT_EQ(tenant_definition(*b)["devices"][0]["priority"], "low");
   auto wrong = plan_allocation({"GPU-a::5"}, inventory, high);  // a normal slice
   ASSERT_FALSE(wrong);
-  EXPECT_NE(wrong.error().find("is not a fracgpu.io/gpu-slice-high slice"), std::string::npos) << wrong.error();
+  EXPECT_NE(wrong.error().find("is not a fracgpu.io/gpu-slice-high slice"), std::string::npos)
+      << wrong.error();
   EXPECT_FALSE(plan_allocation({"GPU-a::12"}, inventory, besteffort));  // beyond N + best effort
   EXPECT_FALSE(plan_allocation({"GPU-a::6"}, inventory, class_named(config, kResourceName)));
 }
 
 TEST(AllocationPlan, RefusesSpanningUnknownAndUnhealthy) {
   SliceInventory inventory;
-  inventory.apply({{0, "GPU-a", "Fake", 16 * kGiB, 16 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 16 * kGiB}});
+  inventory.apply(
+      {{0, "GPU-a", "Fake", 16 * kGiB, 16 * kGiB}, {1, "GPU-b", "Fake", 16 * kGiB, 16 * kGiB}});
   const auto cls = normal_class(4);
   auto spanning = plan_allocation({"GPU-a::0", "GPU-b::0"}, inventory, cls);
   ASSERT_FALSE(spanning);

@@ -25,11 +25,11 @@
 #include <cuda.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,10 +56,10 @@ int g_device = 0;  // --device
   std::exit(1);
 }
 
-#define CHECK(call)                                 \
-  do {                                              \
-    CUresult rc_ = (call);                          \
-    if (rc_ != CUDA_SUCCESS) die(#call, rc_);       \
+#define CHECK(call)                           \
+  do {                                        \
+    CUresult rc_ = (call);                    \
+    if (rc_ != CUDA_SUCCESS) die(#call, rc_); \
   } while (0)
 
 Args parse(int argc, char** argv) {
@@ -76,11 +76,16 @@ Args parse(int argc, char** argv) {
       continue;
     }
     uint64_t v = std::strtoull(argv[i + 1], nullptr, 0);
-    if (k == "--chunk" || k == "--count") a.chunk = v;
-    else if (k == "--bytes") a.bytes = v;
-    else if (k == "--ms") a.ms = static_cast<int>(v);
-    else if (k == "--hold") a.hold = v != 0;
-    else if (k == "--device") g_device = static_cast<int>(v);
+    if (k == "--chunk" || k == "--count")
+      a.chunk = v;
+    else if (k == "--bytes")
+      a.bytes = v;
+    else if (k == "--ms")
+      a.ms = static_cast<int>(v);
+    else if (k == "--hold")
+      a.hold = v != 0;
+    else if (k == "--device")
+      g_device = static_cast<int>(v);
   }
   return a;
 }
@@ -120,14 +125,18 @@ int fill(const Args& a) {
   const char* name = "?";
   cuGetErrorName(refused, &name);
   if (a.hold) {
-    std::printf("{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"holding\":true}\n",
-                static_cast<unsigned long long>(total), name, total_bytes);
+    std::printf(
+        "{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"holding\":true}\n",
+        static_cast<unsigned long long>(total), name, total_bytes);
     std::fflush(stdout);
     for (;;) pause();
   }
   for (CUdeviceptr p : held) CHECK(cuMemFree(p));
-  std::printf("{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"info_free\":%zu,\"again\":%s}\n",
-              static_cast<unsigned long long>(total), name, total_bytes, free_bytes, again ? "true" : "false");
+  std::printf(
+      "{\"allocated\":%llu,\"refused_with\":\"%s\",\"info_total\":%zu,\"info_free\":%zu,\"again\":%"
+      "s}\n",
+      static_cast<unsigned long long>(total), name, total_bytes, free_bytes,
+      again ? "true" : "false");
   return 0;
 }
 
@@ -178,8 +187,8 @@ int routes(const Args& a) {
     return static_cast<long long>(free0) - static_cast<long long>(free1);
   };
   auto record = [&](const char* route, long long charged, long long after) {
-    out += std::string(out.size() > 1 ? "," : "") + "\"" + route + "\":[" + std::to_string(charged) + "," +
-           std::to_string(after) + "]";
+    out += std::string(out.size() > 1 ? "," : "") + "\"" + route + "\":[" +
+           std::to_string(charged) + "," + std::to_string(after) + "]";
   };
   CHECK(cuMemGetInfo(&free0, &total));
   CUdeviceptr p = 0;
@@ -274,7 +283,9 @@ int pairs(const Args& a) {
       CHECK(cuMemAlloc(&p, a.bytes));
       CHECK(cuMemFree(p));
     }
-    double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / count;
+    double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+        count;
     if (round > 0) rounds.push_back(ns);
   }
   std::sort(rounds.begin(), rounds.end());
@@ -324,8 +335,10 @@ int lifetimes(const Args& a) {
   CHECK(cuStreamSynchronize(stream));
   const long long freed = used();
   CHECK(cuStreamDestroy(stream));
-  std::printf("{\"vmm_released_while_mapped\":%lld,\"vmm_unmapped\":%lld,\"pool_destroyed_live\":%lld,"
-              "\"pool_freed\":%lld}\n", released_mapped, unmapped, destroyed_live, freed);
+  std::printf(
+      "{\"vmm_released_while_mapped\":%lld,\"vmm_unmapped\":%lld,\"pool_destroyed_live\":%lld,"
+      "\"pool_freed\":%lld}\n",
+      released_mapped, unmapped, destroyed_live, freed);
   return 0;
 }
 
@@ -334,7 +347,8 @@ int info() {
   size_t free_bytes = 0, total = 0, device_total = 0;
   CHECK(cuMemGetInfo(&free_bytes, &total));
   CHECK(cuDeviceTotalMem(&device_total, dev));
-  std::printf("{\"free\":%zu,\"total\":%zu,\"device_total\":%zu}\n", free_bytes, total, device_total);
+  std::printf("{\"free\":%zu,\"total\":%zu,\"device_total\":%zu}\n", free_bytes, total,
+              device_total);
   return 0;
 }
 
@@ -363,11 +377,12 @@ int devices() {
     CUdevice current = -1;
     CHECK(cuCtxGetDevice(&current));
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "%s{\"ordinal\":%d,\"device\":%d,\"ctx_device\":%d,\"uuid\":\"%s\",\"device_total\":%zu,"
-                  "\"info_total\":%zu}",
-                  ordinal == 0 ? "" : ",", ordinal, static_cast<int>(dev), static_cast<int>(current),
-                  fracgpu::format_gpu_uuid(uuid.bytes).c_str(), device_total, total);
+    std::snprintf(
+        line, sizeof line,
+        "%s{\"ordinal\":%d,\"device\":%d,\"ctx_device\":%d,\"uuid\":\"%s\",\"device_total\":%zu,"
+        "\"info_total\":%zu}",
+        ordinal == 0 ? "" : ",", ordinal, static_cast<int>(dev), static_cast<int>(current),
+        fracgpu::format_gpu_uuid(uuid.bytes).c_str(), device_total, total);
     out += line;
   }
   CUdevice beyond = -1;
@@ -381,32 +396,37 @@ int peers() {
   int count = 0;
   CHECK(cuDeviceGetCount(&count));
   std::vector<CUcontext> contexts(static_cast<size_t>(count));
-  for (int d = 0; d < count; ++d) CHECK(cuDevicePrimaryCtxRetain(&contexts[static_cast<size_t>(d)], d));
+  for (int d = 0; d < count; ++d)
+    CHECK(cuDevicePrimaryCtxRetain(&contexts[static_cast<size_t>(d)], d));
   std::string out = "{\"count\":" + std::to_string(count) + ",\"pairs\":[";
   for (int a = 0; a < count; ++a) {
     for (int b = 0; b < count; ++b) {
       int can = -1, access = -1, rank = -1;
       CUresult can_rc = cuDeviceCanAccessPeer(&can, a, b);
-      CUresult access_rc = cuDeviceGetP2PAttribute(&access, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, a, b);
-      CUresult rank_rc = cuDeviceGetP2PAttribute(&rank, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, a, b);
+      CUresult access_rc =
+          cuDeviceGetP2PAttribute(&access, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, a, b);
+      CUresult rank_rc =
+          cuDeviceGetP2PAttribute(&rank, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, a, b);
       CHECK(cuCtxSetCurrent(contexts[static_cast<size_t>(a)]));
       CUresult enable = cuCtxEnablePeerAccess(contexts[static_cast<size_t>(b)], 0);
       CUresult again = cuCtxEnablePeerAccess(contexts[static_cast<size_t>(b)], 0);
       CUresult disable = cuCtxDisablePeerAccess(contexts[static_cast<size_t>(b)]);
       CUresult disable_again = cuCtxDisablePeerAccess(contexts[static_cast<size_t>(b)]);
       char line[512];
-      std::snprintf(line, sizeof line,
-                    "%s{\"a\":%d,\"b\":%d,\"can_access\":[\"%s\",%d],\"p2p_access\":[\"%s\",%d],"
-                    "\"p2p_rank\":[\"%s\",%d],\"enable\":\"%s\",\"enable_again\":\"%s\",\"disable\":\"%s\","
-                    "\"disable_again\":\"%s\"}",
-                    a + b == 0 ? "" : ",", a, b, result_name(can_rc), can, result_name(access_rc), access,
-                    result_name(rank_rc), rank, result_name(enable), result_name(again), result_name(disable),
-                    result_name(disable_again));
+      std::snprintf(
+          line, sizeof line,
+          "%s{\"a\":%d,\"b\":%d,\"can_access\":[\"%s\",%d],\"p2p_access\":[\"%s\",%d],"
+          "\"p2p_rank\":[\"%s\",%d],\"enable\":\"%s\",\"enable_again\":\"%s\",\"disable\":\"%s\","
+          "\"disable_again\":\"%s\"}",
+          a + b == 0 ? "" : ",", a, b, result_name(can_rc), can, result_name(access_rc), access,
+          result_name(rank_rc), rank, result_name(enable), result_name(again), result_name(disable),
+          result_name(disable_again));
       out += line;
     }
   }
   int can = -1;
-  out += "],\"out_of_range\":\"" + std::string(result_name(cuDeviceCanAccessPeer(&can, 0, count))) + "\"}";
+  out += "],\"out_of_range\":\"" + std::string(result_name(cuDeviceCanAccessPeer(&can, 0, count))) +
+         "\"}";
   std::printf("%s\n", out.c_str());
   return 0;
 }

@@ -1,12 +1,12 @@
 // fracgpu-capture-client: a tenant process that captures CUDA graphs the way serving
 // frameworks do, for the capture tests. Each cycle: begin a capture on a created stream
 // (in --mode global|thread_local|relaxed), record --kernels spin kernels of --kernel-us
-// (sleeping --hold-ms halfway, so that the capture stays open across grant revokes) and a fill of a result buffer with the cycle's number (optionally on a second,
-// forked stream joined back through events, and optionally through a stream-ordered
-// allocation captured as a graph memory node), end the capture, instantiate, launch,
-// synchronise and check the result. Several threads (--threads) run cycles at once, each
-// on its own stream; --side-launches adds a thread that keeps launching uncaptured
-// kernels on another stream meanwhile (legal next to a global capture), so that the
+// (sleeping --hold-ms halfway, so that the capture stays open across grant revokes) and a fill of a
+// result buffer with the cycle's number (optionally on a second, forked stream joined back through
+// events, and optionally through a stream-ordered allocation captured as a graph memory node), end
+// the capture, instantiate, launch, synchronise and check the result. Several threads (--threads)
+// run cycles at once, each on its own stream; --side-launches adds a thread that keeps launching
+// uncaptured kernels on another stream meanwhile (legal next to a global capture), so that the
 // shim's fences run while captures are open. --replay-seconds S: capture once, then
 // replay the graph for S seconds (a graph-replaying tenant for the share tests).
 // --conditional: each cycle builds a WHILE conditional node whose body is captured into
@@ -57,14 +57,17 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
-               "fracgpu-capture-client: %s\nusage: fracgpu-capture-client [--mode global|thread_local|relaxed] "
-               "[--cycles N] [--threads T] [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] [--conditional] [--graph-alloc BYTES] "
+               "fracgpu-capture-client: %s\nusage: fracgpu-capture-client [--mode "
+               "global|thread_local|relaxed] "
+               "[--cycles N] [--threads T] [--kernels K] [--kernel-us U] [--hold-ms M] [--fork] "
+               "[--conditional] [--graph-alloc BYTES] "
                "[--side-launches] [--replay-seconds S] [--report FILE|-]\n",
                problem.c_str());
   std::exit(2);
 }
 
-unsigned long long number(const char* text, unsigned long long lo, unsigned long long hi, const char* flag) {
+unsigned long long number(const char* text, unsigned long long lo, unsigned long long hi,
+                          const char* flag) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(text, &end, 10);
@@ -77,26 +80,48 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--fork") { o.fork = true; continue; }
-    if (a == "--conditional") { o.conditional = true; continue; }
-    if (a == "--side-launches") { o.side_launches = true; continue; }
+    if (a == "--fork") {
+      o.fork = true;
+      continue;
+    }
+    if (a == "--conditional") {
+      o.conditional = true;
+      continue;
+    }
+    if (a == "--side-launches") {
+      o.side_launches = true;
+      continue;
+    }
     if (i + 1 >= argc) usage(a + " needs a value");
     const char* v = argv[++i];
     if (a == "--mode") {
       const std::string m = v;
-      if (m == "global") o.mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-      else if (m == "thread_local") o.mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-      else if (m == "relaxed") o.mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-      else usage("--mode must be global, thread_local or relaxed");
-    } else if (a == "--cycles") o.cycles = number(v, 1, 1'000'000, "--cycles");
-    else if (a == "--threads") o.threads = number(v, 1, 64, "--threads");
-    else if (a == "--kernels") o.kernels = number(v, 0, 1000, "--kernels");
-    else if (a == "--kernel-us") o.kernel_us = number(v, 1, 1'000'000, "--kernel-us");
-    else if (a == "--hold-ms") o.hold_ms = number(v, 0, 60'000, "--hold-ms");
-    else if (a == "--graph-alloc") o.graph_alloc = number(v, 4, 1ull << 40, "--graph-alloc");
-    else if (a == "--replay-seconds") o.replay_seconds = static_cast<double>(number(v, 1, 3600, "--replay-seconds"));
-    else if (a == "--report") o.report = v;
-    else usage("unknown option " + a);
+      if (m == "global")
+        o.mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+      else if (m == "thread_local")
+        o.mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+      else if (m == "relaxed")
+        o.mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+      else
+        usage("--mode must be global, thread_local or relaxed");
+    } else if (a == "--cycles")
+      o.cycles = number(v, 1, 1'000'000, "--cycles");
+    else if (a == "--threads")
+      o.threads = number(v, 1, 64, "--threads");
+    else if (a == "--kernels")
+      o.kernels = number(v, 0, 1000, "--kernels");
+    else if (a == "--kernel-us")
+      o.kernel_us = number(v, 1, 1'000'000, "--kernel-us");
+    else if (a == "--hold-ms")
+      o.hold_ms = number(v, 0, 60'000, "--hold-ms");
+    else if (a == "--graph-alloc")
+      o.graph_alloc = number(v, 4, 1ull << 40, "--graph-alloc");
+    else if (a == "--replay-seconds")
+      o.replay_seconds = static_cast<double>(number(v, 1, 3600, "--replay-seconds"));
+    else if (a == "--report")
+      o.report = v;
+    else
+      usage("unknown option " + a);
   }
   return o;
 }
@@ -117,17 +142,18 @@ struct Results {
     ++failures;
     const char* name = nullptr;
     cuGetErrorName(rc, &name);
-    if (errors.size() < 8) errors.push_back(std::string(what) + ": " + (name ? name : std::to_string(rc)));
+    if (errors.size() < 8)
+      errors.push_back(std::string(what) + ": " + (name ? name : std::to_string(rc)));
   }
 };
 
-#define CHECK(call)                 \
-  do {                              \
-    const CUresult rc_ = (call);    \
-    if (rc_ != CUDA_SUCCESS) {      \
-      results.fail(#call, rc_);     \
-      return false;                 \
-    }                               \
+#define CHECK(call)              \
+  do {                           \
+    const CUresult rc_ = (call); \
+    if (rc_ != CUDA_SUCCESS) {   \
+      results.fail(#call, rc_);  \
+      return false;              \
+    }                            \
   } while (0)
 
 CUresult spin(const Kernels& k, CUstream s, unsigned long us) {
@@ -143,12 +169,13 @@ CUresult fill(const Kernels& k, CUstream s, CUdeviceptr dst, uint32_t value, uin
 
 // Records one cycle's work into the capture of `s`: spins, then the result written
 // (through a captured allocation when asked), on a forked stream when asked.
-bool record(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at, CUevent join_at,
-            CUdeviceptr out, uint32_t value, Results& results) {
+bool record(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at,
+            CUevent join_at, CUdeviceptr out, uint32_t value, Results& results) {
   for (unsigned long i = 0; i < o.kernels; ++i) {
     CHECK(spin(k, s, o.kernel_us));
     // Keeps the capture open across the scheduler's grant revokes (a slow framework).
-    if (o.hold_ms > 0 && i == o.kernels / 2) std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
+    if (o.hold_ms > 0 && i == o.kernels / 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
   }
   CUstream writer = s;
   if (o.fork) {
@@ -172,8 +199,9 @@ bool record(const Options& o, const Kernels& k, CUstream s, CUstream side, CUeve
   return true;
 }
 
-bool capture(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at, CUevent join_at,
-             CUdeviceptr out, uint32_t value, CUgraphExec* exec, Results& results) {
+bool capture(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at,
+             CUevent join_at, CUdeviceptr out, uint32_t value, CUgraphExec* exec,
+             Results& results) {
   CHECK(cuStreamBeginCapture_v2(s, o.mode));
   const bool recorded = record(o, k, s, side, fork_at, join_at, out, value, results);
   CUgraph graph = nullptr;
@@ -194,8 +222,8 @@ bool capture(const Options& o, const Kernels& k, CUstream s, CUstream side, CUev
 // then a countdown of the counter in `out` that ends the loop at 0. The launch sets the
 // counter to kLoops first; the check expects 0.
 constexpr uint32_t kLoops = 3;
-bool capture_conditional(const Options& o, const Kernels& k, CUcontext ctx, CUstream s, CUdeviceptr out,
-                         CUgraphExec* exec, Results& results) {
+bool capture_conditional(const Options& o, const Kernels& k, CUcontext ctx, CUstream s,
+                         CUdeviceptr out, CUgraphExec* exec, Results& results) {
   CUgraph graph = nullptr;
   CHECK(cuGraphCreate(&graph, 0));
   CUgraphConditionalHandle handle = 0;
@@ -213,11 +241,13 @@ bool capture_conditional(const Options& o, const Kernels& k, CUcontext ctx, CUst
   bool recorded = true;
   for (unsigned long i = 0; i < o.kernels && recorded; ++i) {
     recorded = spin(k, s, o.kernel_us) == CUDA_SUCCESS;
-    if (o.hold_ms > 0 && i == o.kernels / 2) std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
+    if (o.hold_ms > 0 && i == o.kernels / 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
   }
   uint64_t h = handle;
   void* countdown_params[] = {&h, &out};
-  const CUresult counted = cuLaunchKernel(k.countdown, 1, 1, 1, 1, 1, 1, 0, s, countdown_params, nullptr);
+  const CUresult counted =
+      cuLaunchKernel(k.countdown, 1, 1, 1, 1, 1, 1, 0, s, countdown_params, nullptr);
   CUgraph ignored = nullptr;
   const CUresult ended = cuStreamEndCapture(s, &ignored);
   if (!recorded) results.fail("captured spin", CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
@@ -229,8 +259,8 @@ bool capture_conditional(const Options& o, const Kernels& k, CUcontext ctx, CUst
   return recorded;
 }
 
-bool conditional_cycle(const Options& o, const Kernels& k, CUcontext ctx, CUstream s, CUdeviceptr out,
-                       Results& results) {
+bool conditional_cycle(const Options& o, const Kernels& k, CUcontext ctx, CUstream s,
+                       CUdeviceptr out, Results& results) {
   CUgraphExec exec = nullptr;
   if (!capture_conditional(o, k, ctx, s, out, &exec, results)) return false;
   CHECK(cuMemsetD32Async(out, kLoops, 1, s));
@@ -250,8 +280,8 @@ bool conditional_cycle(const Options& o, const Kernels& k, CUcontext ctx, CUstre
 
 // One capture cycle: capture, instantiate, launch, check. A launch refused for graph
 // memory (the cap) counts as "oom".
-bool cycle(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at, CUevent join_at,
-           CUdeviceptr out, uint32_t value, Results& results) {
+bool cycle(const Options& o, const Kernels& k, CUstream s, CUstream side, CUevent fork_at,
+           CUevent join_at, CUdeviceptr out, uint32_t value, Results& results) {
   CUgraphExec exec = nullptr;
   if (!capture(o, k, s, side, fork_at, join_at, out, value, &exec, results)) return false;
   const CUresult launched = cuGraphLaunch(exec, s);
@@ -275,7 +305,8 @@ bool cycle(const Options& o, const Kernels& k, CUstream s, CUstream side, CUeven
   return true;
 }
 
-bool worker(const Options& o, const Kernels& k, CUcontext ctx, unsigned long index, Results& results) {
+bool worker(const Options& o, const Kernels& k, CUcontext ctx, unsigned long index,
+            Results& results) {
   CHECK(cuCtxSetCurrent(ctx));
   CUstream s = nullptr, side = nullptr;
   CUevent fork_at = nullptr, join_at = nullptr;
@@ -289,7 +320,8 @@ bool worker(const Options& o, const Kernels& k, CUcontext ctx, unsigned long ind
   if (o.replay_seconds > 0) {
     CUgraphExec exec = nullptr;
     if (!capture(o, k, s, side, fork_at, join_at, out, 7, &exec, results)) return false;
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.replay_seconds);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(o.replay_seconds);
     unsigned long replays = 0;
     while (std::chrono::steady_clock::now() < end) {
       CHECK(cuGraphLaunch(exec, s));
@@ -317,7 +349,8 @@ bool worker(const Options& o, const Kernels& k, CUcontext ctx, unsigned long ind
 // Uncaptured launches on a stream of their own while the captures run (never a sync or
 // query: those are the application's own "unsafe" calls next to a global capture). At
 // most kSideLaunches kernels of 20 us, so that the final synchronisation stays short.
-void side_traffic(const Kernels& k, CUcontext ctx, const std::atomic<bool>& stop, Results& results) {
+void side_traffic(const Kernels& k, CUcontext ctx, const std::atomic<bool>& stop,
+                  Results& results) {
   constexpr int kSideLaunches = 5000;
   if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return;
   CUstream s = nullptr;
@@ -333,13 +366,15 @@ void side_traffic(const Kernels& k, CUcontext ctx, const std::atomic<bool>& stop
 
 void write_report(const Options& o, Results& r, double seconds) {
   std::string errors = "[";
-  for (std::size_t i = 0; i < r.errors.size(); ++i) errors += (i ? ",\"" : "\"") + r.errors[i] + "\"";
+  for (std::size_t i = 0; i < r.errors.size(); ++i)
+    errors += (i ? ",\"" : "\"") + r.errors[i] + "\"";
   errors += "]";
   char line[4096];
-  std::snprintf(line, sizeof(line),
-                "{\"cycles\":%lu,\"failures\":%lu,\"oom\":%lu,\"graph_launches\":%lu,\"replays\":%lu,"
-                "\"seconds\":%.3f,\"errors\":%s}\n",
-                r.cycles, r.failures, r.oom, r.graph_launches, r.replays, seconds, errors.c_str());
+  std::snprintf(
+      line, sizeof(line),
+      "{\"cycles\":%lu,\"failures\":%lu,\"oom\":%lu,\"graph_launches\":%lu,\"replays\":%lu,"
+      "\"seconds\":%.3f,\"errors\":%s}\n",
+      r.cycles, r.failures, r.oom, r.graph_launches, r.replays, seconds, errors.c_str());
   FILE* f = o.report == "-" ? stdout : std::fopen(o.report.c_str(), "w");
   if (f == nullptr) return;
   std::fputs(line, f);
@@ -363,7 +398,8 @@ int main(int argc, char** argv) {
     CHECK(cuModuleLoadData(&module, kModule));
     CHECK(cuModuleGetFunction(&k.spin, module, "fracgpu_fake_spin"));
     CHECK(cuModuleGetFunction(&k.fill, module, "fracgpu_fake_fill"));
-    if (o.conditional) CHECK(cuModuleGetFunction(&k.countdown, module, "fracgpu_fake_countdown_condition"));
+    if (o.conditional)
+      CHECK(cuModuleGetFunction(&k.countdown, module, "fracgpu_fake_countdown_condition"));
     return true;
   };
   const auto start = std::chrono::steady_clock::now();
@@ -371,7 +407,8 @@ int main(int argc, char** argv) {
   if (ok) {
     std::atomic<bool> stop{false};
     std::thread side;
-    if (o.side_launches) side = std::thread(side_traffic, std::cref(k), ctx, std::cref(stop), std::ref(results));
+    if (o.side_launches)
+      side = std::thread(side_traffic, std::cref(k), ctx, std::cref(stop), std::ref(results));
     std::vector<std::thread> threads;
     std::vector<char> passed(o.threads, 0);
     for (unsigned long t = 0; t < o.threads; ++t)
@@ -382,7 +419,8 @@ int main(int argc, char** argv) {
     cuCtxSynchronize();
     for (char p : passed) ok = ok && p;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_report(o, results, seconds);
   return ok && results.failures == 0 ? 0 : 1;
 }

@@ -51,6 +51,7 @@ enum class StreamMode { kLegacy, kPerThread };
 // Each returns an error message, or empty on success.
 std::string fill_by_linking(DriverApi* api, StreamMode mode);
 std::string fill_by_proc_address(DriverApi* api, StreamMode mode, int cuda_version);
-std::string fill_by_dlopen(DriverApi* api, StreamMode mode, const std::string& library, void** handle);
+std::string fill_by_dlopen(DriverApi* api, StreamMode mode, const std::string& library,
+                           void** handle);
 
 }  // namespace fracgpu::testclient

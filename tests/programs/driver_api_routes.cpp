@@ -52,35 +52,70 @@ namespace fracgpu::testclient {
 #define CHECK_MEMBER(member) \
   if (member == nullptr) return #member;
 std::string DriverApi::first_missing() const {
-  CHECK_MEMBER(cuInit) CHECK_MEMBER(cuDriverGetVersion) CHECK_MEMBER(cuDeviceGetCount)
-  CHECK_MEMBER(cuDeviceGet) CHECK_MEMBER(cuDeviceGetName) CHECK_MEMBER(cuDeviceTotalMem)
-  CHECK_MEMBER(cuDevicePrimaryCtxRetain) CHECK_MEMBER(cuDevicePrimaryCtxRelease)
-  CHECK_MEMBER(cuCtxSetCurrent) CHECK_MEMBER(cuMemAlloc) CHECK_MEMBER(cuMemFree)
-  CHECK_MEMBER(cuMemGetInfo) CHECK_MEMBER(cuMemcpyHtoD) CHECK_MEMBER(cuMemcpyDtoH)
-  CHECK_MEMBER(cuMemcpyHtoDAsync) CHECK_MEMBER(cuMemsetD32Async) CHECK_MEMBER(cuModuleLoadData)
-  CHECK_MEMBER(cuModuleGetFunction) CHECK_MEMBER(cuLaunchKernel) CHECK_MEMBER(cuStreamCreate)
-  CHECK_MEMBER(cuStreamSynchronize) CHECK_MEMBER(cuStreamDestroy) CHECK_MEMBER(cuEventCreate)
-  CHECK_MEMBER(cuEventRecord) CHECK_MEMBER(cuEventSynchronize) CHECK_MEMBER(cuEventElapsedTime)
-  CHECK_MEMBER(cuEventDestroy) CHECK_MEMBER(cuGetErrorName)
+  // clang-format off: a statement macro per line (clang-format cannot lay the list out stably)
+  CHECK_MEMBER(cuInit)
+  CHECK_MEMBER(cuDriverGetVersion)
+  CHECK_MEMBER(cuDeviceGetCount)
+  CHECK_MEMBER(cuDeviceGet)
+  CHECK_MEMBER(cuDeviceGetName)
+  CHECK_MEMBER(cuDeviceTotalMem)
+  CHECK_MEMBER(cuDevicePrimaryCtxRetain)
+  CHECK_MEMBER(cuDevicePrimaryCtxRelease)
+  CHECK_MEMBER(cuCtxSetCurrent)
+  CHECK_MEMBER(cuMemAlloc)
+  CHECK_MEMBER(cuMemFree)
+  CHECK_MEMBER(cuMemGetInfo)
+  CHECK_MEMBER(cuMemcpyHtoD)
+  CHECK_MEMBER(cuMemcpyDtoH)
+  CHECK_MEMBER(cuMemcpyHtoDAsync)
+  CHECK_MEMBER(cuMemsetD32Async)
+  CHECK_MEMBER(cuModuleLoadData)
+  CHECK_MEMBER(cuModuleGetFunction)
+  CHECK_MEMBER(cuLaunchKernel)
+  CHECK_MEMBER(cuStreamCreate)
+  CHECK_MEMBER(cuStreamSynchronize)
+  CHECK_MEMBER(cuStreamDestroy)
+  CHECK_MEMBER(cuEventCreate)
+  CHECK_MEMBER(cuEventRecord)
+  CHECK_MEMBER(cuEventSynchronize)
+  CHECK_MEMBER(cuEventElapsedTime)
+  CHECK_MEMBER(cuEventDestroy)
+  CHECK_MEMBER(cuGetErrorName)
+  // clang-format on
   return {};
 }
 #undef CHECK_MEMBER
 
 std::string fill_by_linking(DriverApi* api, StreamMode mode) {
   const bool pt = mode == StreamMode::kPerThread;
-  *api = DriverApi{&::cuInit, &::cuDriverGetVersion, &::cuDeviceGetCount, &::cuDeviceGet,
-                   &::cuDeviceGetName, &::cuDeviceTotalMem_v2, &::cuDevicePrimaryCtxRetain,
-                   &::cuDevicePrimaryCtxRelease_v2, &::cuCtxSetCurrent, &::cuMemAlloc_v2,
-                   &::cuMemFree_v2, &::cuMemGetInfo_v2,
+  *api = DriverApi{&::cuInit,
+                   &::cuDriverGetVersion,
+                   &::cuDeviceGetCount,
+                   &::cuDeviceGet,
+                   &::cuDeviceGetName,
+                   &::cuDeviceTotalMem_v2,
+                   &::cuDevicePrimaryCtxRetain,
+                   &::cuDevicePrimaryCtxRelease_v2,
+                   &::cuCtxSetCurrent,
+                   &::cuMemAlloc_v2,
+                   &::cuMemFree_v2,
+                   &::cuMemGetInfo_v2,
                    pt ? &::cuMemcpyHtoD_v2_ptds : &::cuMemcpyHtoD_v2,
                    pt ? &::cuMemcpyDtoH_v2_ptds : &::cuMemcpyDtoH_v2,
                    pt ? &::cuMemcpyHtoDAsync_v2_ptsz : &::cuMemcpyHtoDAsync_v2,
-                   pt ? &::cuMemsetD32Async_ptsz : &::cuMemsetD32Async, &::cuModuleLoadData,
-                   &::cuModuleGetFunction, pt ? &::cuLaunchKernel_ptsz : &::cuLaunchKernel,
-                   &::cuStreamCreate, pt ? &::cuStreamSynchronize_ptsz : &::cuStreamSynchronize,
-                   &::cuStreamDestroy_v2, &::cuEventCreate,
-                   pt ? &::cuEventRecord_ptsz : &::cuEventRecord, &::cuEventSynchronize,
-                   &::cuEventElapsedTime, &::cuEventDestroy_v2, &::cuGetErrorName,
+                   pt ? &::cuMemsetD32Async_ptsz : &::cuMemsetD32Async,
+                   &::cuModuleLoadData,
+                   &::cuModuleGetFunction,
+                   pt ? &::cuLaunchKernel_ptsz : &::cuLaunchKernel,
+                   &::cuStreamCreate,
+                   pt ? &::cuStreamSynchronize_ptsz : &::cuStreamSynchronize,
+                   &::cuStreamDestroy_v2,
+                   &::cuEventCreate,
+                   pt ? &::cuEventRecord_ptsz : &::cuEventRecord,
+                   &::cuEventSynchronize,
+                   &::cuEventElapsedTime,
+                   &::cuEventDestroy_v2,
+                   &::cuGetErrorName,
                    &::cuGetProcAddress_v2};
   return api->first_missing();
 }
@@ -88,13 +123,15 @@ std::string fill_by_linking(DriverApi* api, StreamMode mode) {
 std::string fill_by_proc_address(DriverApi* api, StreamMode mode, int cuda_version) {
   *api = DriverApi{};
   api->cuGetProcAddress = &::cuGetProcAddress_v2;
-  const cuuint64_t flags = mode == StreamMode::kPerThread ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-                                                          : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+  const cuuint64_t flags = mode == StreamMode::kPerThread
+                               ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                               : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
   std::string failures;
   auto get = [&](const char* base, auto* member) {
     void* fn = nullptr;
     CUdriverProcAddressQueryResult found{};
-    if (api->cuGetProcAddress(base, &fn, cuda_version, flags, &found) != CUDA_SUCCESS || fn == nullptr) {
+    if (api->cuGetProcAddress(base, &fn, cuda_version, flags, &found) != CUDA_SUCCESS ||
+        fn == nullptr) {
       failures += std::string(failures.empty() ? "" : ",") + base;
     }
     *member = reinterpret_cast<std::remove_reference_t<decltype(*member)>>(fn);
@@ -130,7 +167,8 @@ std::string fill_by_proc_address(DriverApi* api, StreamMode mode, int cuda_versi
   return failures.empty() ? api->first_missing() : "cuGetProcAddress failed for " + failures;
 }
 
-std::string fill_by_dlopen(DriverApi* api, StreamMode mode, const std::string& library, void** handle) {
+std::string fill_by_dlopen(DriverApi* api, StreamMode mode, const std::string& library,
+                           void** handle) {
   *api = DriverApi{};
   *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (*handle == nullptr) return std::string("dlopen failed: ") + dlerror();

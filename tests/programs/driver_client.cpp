@@ -35,9 +35,9 @@ struct Options {
   std::exit(1);
 }
 
-#define CHECK(call)                              \
-  do {                                           \
-    CUresult rc_ = (call);                       \
+#define CHECK(call)                                 \
+  do {                                              \
+    CUresult rc_ = (call);                          \
     if (rc_ != CUDA_SUCCESS) fail(api, #call, rc_); \
   } while (0)
 
@@ -45,11 +45,16 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--route" && i + 1 < argc) o.route = argv[++i];
-    else if (a == "--library" && i + 1 < argc) o.library = argv[++i];
-    else if (a == "--ptsz") o.mode = StreamMode::kPerThread;
-    else if (a == "--probe-missing") o.probe_missing = true;
-    else if (a == "--ctx-abis") o.ctx_abis = true;
+    if (a == "--route" && i + 1 < argc)
+      o.route = argv[++i];
+    else if (a == "--library" && i + 1 < argc)
+      o.library = argv[++i];
+    else if (a == "--ptsz")
+      o.mode = StreamMode::kPerThread;
+    else if (a == "--probe-missing")
+      o.probe_missing = true;
+    else if (a == "--ctx-abis")
+      o.ctx_abis = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       std::exit(2);
@@ -87,7 +92,8 @@ std::string workload(const DriverApi& api) {
   CHECK(api.cuMemGetInfo(&free_during, &total_info));
 
   std::vector<float> host_a(n), host_b(n), host_out(n);
-  for (uint64_t i = 0; i < n; ++i) host_a[i] = static_cast<float>(i % 1000) * 0.5f, host_b[i] = 1.25f;
+  for (uint64_t i = 0; i < n; ++i)
+    host_a[i] = static_cast<float>(i % 1000) * 0.5f, host_b[i] = 1.25f;
   CHECK(api.cuMemcpyHtoD(a, host_a.data(), n * 4));
 
   CUstream stream = nullptr;
@@ -135,7 +141,8 @@ std::string workload(const DriverApi& api) {
   std::snprintf(json, sizeof(json),
                 "{\"driver_version\":%d,\"devices\":%d,\"name\":\"%s\",\"total\":%zu,"
                 "\"alloc_seen\":%s,\"add_ok\":%s,\"word_sum\":%llu,\"spin_ok\":%s}",
-                version, count, name, total, free_before - free_during >= 3 * n * 4 ? "true" : "false",
+                version, count, name, total,
+                free_before - free_during >= 3 * n * 4 ? "true" : "false",
                 add_ok ? "true" : "false", static_cast<unsigned long long>(word_sum),
                 ms >= 2.9f && ms < 100.0f ? "true" : "false");
   return json;
@@ -149,13 +156,15 @@ std::string probe_missing(const DriverApi& api, void* handle) {
     void* fn = nullptr;
     CUdriverProcAddressQueryResult found{};
     CUresult rc = api.cuGetProcAddress("cuFracgpuDoesNotExist", &fn, 13000, 0, &found);
-    out += ",\"unknown_proc\":" + std::to_string(rc) + ",\"unknown_status\":" + std::to_string(found);
+    out +=
+        ",\"unknown_proc\":" + std::to_string(rc) + ",\"unknown_status\":" + std::to_string(found);
   }
   if (handle != nullptr) {
     using Fn = CUresult (*)(CUtexref*);
     auto fn = reinterpret_cast<Fn>(dlsym(handle, "cuTexRefCreate"));
     CUtexref ref = nullptr;
-    out += ",\"unimplemented_symbol\":" + (fn ? std::to_string(fn(&ref)) : std::string("\"absent\""));
+    out +=
+        ",\"unimplemented_symbol\":" + (fn ? std::to_string(fn(&ref)) : std::string("\"absent\""));
   }
   return out;
 }
@@ -166,7 +175,8 @@ std::string ctx_abis(const DriverApi& api) {
   CUdevice dev = 0;
   CHECK(api.cuDeviceGet(&dev, 0));
   PFN_cuCtxDestroy_v4000 destroy = nullptr;
-  CHECK(api.cuGetProcAddress("cuCtxDestroy", reinterpret_cast<void**>(&destroy), 13000, 0, nullptr));
+  CHECK(
+      api.cuGetProcAddress("cuCtxDestroy", reinterpret_cast<void**>(&destroy), 13000, 0, nullptr));
   void* fn = nullptr;
   CUcontext ctx = nullptr;
   CHECK(api.cuGetProcAddress("cuCtxCreate", &fn, 3020, 0, nullptr));
@@ -188,10 +198,14 @@ int main(int argc, char** argv) {
   DriverApi api;
   void* handle = nullptr;
   std::string problem;
-  if (o.route == "direct") problem = fracgpu::testclient::fill_by_linking(&api, o.mode);
-  else if (o.route == "procaddress") problem = fracgpu::testclient::fill_by_proc_address(&api, o.mode, 12000);
-  else if (o.route == "dlopen") problem = fracgpu::testclient::fill_by_dlopen(&api, o.mode, o.library, &handle);
-  else problem = "unknown route " + o.route;
+  if (o.route == "direct")
+    problem = fracgpu::testclient::fill_by_linking(&api, o.mode);
+  else if (o.route == "procaddress")
+    problem = fracgpu::testclient::fill_by_proc_address(&api, o.mode, 12000);
+  else if (o.route == "dlopen")
+    problem = fracgpu::testclient::fill_by_dlopen(&api, o.mode, o.library, &handle);
+  else
+    problem = "unknown route " + o.route;
   if (!problem.empty()) {
     std::printf("{\"error\":\"%s\"}\n", problem.c_str());
     return 1;

@@ -88,13 +88,16 @@ struct Options {
 
 std::atomic<bool> g_stop{false};
 
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 
 [[noreturn]] void usage(const std::string& problem) {
   std::fprintf(stderr,
                "fracgpu-spin-client: %s\n"
                "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
-               "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W] [--device N]\n",
+               "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W] "
+               "[--device N]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -125,7 +128,8 @@ Options parse(int argc, char** argv) {
     } else if (a == "--seconds") {
       char* end = nullptr;
       o.seconds = std::strtod(v, &end);
-      if (*v == '\0' || *end != '\0' || !std::isfinite(o.seconds) || o.seconds <= 0 || o.seconds > 1e6) {
+      if (*v == '\0' || *end != '\0' || !std::isfinite(o.seconds) || o.seconds <= 0 ||
+          o.seconds > 1e6) {
         usage("--seconds must be a number of seconds above 0");
       }
     } else if (a == "--report") {
@@ -141,9 +145,12 @@ Options parse(int argc, char** argv) {
       if (!parse_unsigned(v, 0, 600'000, &n)) usage("--warmup-ms must be 0..600000");
       o.warmup_ms = n;
     } else if (a == "--stream") {
-      if (std::strcmp(v, "legacy") == 0) o.created_stream = false;
-      else if (std::strcmp(v, "created") == 0) o.created_stream = true;
-      else usage("--stream must be legacy or created");
+      if (std::strcmp(v, "legacy") == 0)
+        o.created_stream = false;
+      else if (std::strcmp(v, "created") == 0)
+        o.created_stream = true;
+      else
+        usage("--stream must be legacy or created");
     } else {
       usage("unknown argument " + a);
     }
@@ -206,7 +213,8 @@ int main(int argc, char** argv) {
       CHECK(cuStreamSynchronize(stream));
       const auto done = std::chrono::steady_clock::now();
       if (request_start >= warmup_end) {
-        const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(done - request_start).count();
+        const auto took_us =
+            std::chrono::duration_cast<std::chrono::microseconds>(done - request_start).count();
         latencies_us.push_back(static_cast<uint32_t>(std::min<int64_t>(took_us, UINT32_MAX)));
       }
       if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
@@ -220,7 +228,8 @@ int main(int argc, char** argv) {
     }
   }
   CHECK(cuStreamSynchronize(stream));
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (stream != nullptr) CHECK(cuStreamDestroy(stream));
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(dev));
@@ -228,7 +237,8 @@ int main(int argc, char** argv) {
   if (!o.report.empty()) {
     FILE* out = o.report == "-" ? stdout : std::fopen(o.report.c_str(), "w");
     if (out == nullptr) {
-      std::fprintf(stderr, "fracgpu-spin-client: cannot write %s: %s\n", o.report.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "fracgpu-spin-client: cannot write %s: %s\n", o.report.c_str(),
+                   std::strerror(errno));
       return 1;
     }
     if (o.latency_mode) {
@@ -236,16 +246,19 @@ int main(int argc, char** argv) {
       // Nearest-rank percentile: the smallest latency that at least p of the requests had.
       auto pct = [&](double p) -> unsigned long {
         if (latencies_us.empty()) return 0;
-        const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(latencies_us.size())));
+        const auto rank =
+            static_cast<std::size_t>(std::ceil(p * static_cast<double>(latencies_us.size())));
         return latencies_us[std::min(latencies_us.size(), std::max<std::size_t>(rank, 1)) - 1];
       };
       double sum = 0;
       for (uint32_t v : latencies_us) sum += v;
       const double mean = latencies_us.empty() ? 0 : sum / static_cast<double>(latencies_us.size());
       std::fprintf(out,
-                   "{\"kernels\":%llu,\"seconds\":%.6f,\"requests\":%zu,\"latency_us\":{\"p50\":%lu,\"p90\":%lu,"
+                   "{\"kernels\":%llu,\"seconds\":%.6f,\"requests\":%zu,\"latency_us\":{\"p50\":%"
+                   "lu,\"p90\":%lu,"
                    "\"p99\":%lu,\"p999\":%lu,\"max\":%lu,\"mean\":%.1f}}\n",
-                   kernels, elapsed, latencies_us.size(), pct(0.50), pct(0.90), pct(0.99), pct(0.999), pct(1.0), mean);
+                   kernels, elapsed, latencies_us.size(), pct(0.50), pct(0.90), pct(0.99),
+                   pct(0.999), pct(1.0), mean);
     } else {
       std::fprintf(out, "{\"kernels\":%llu,\"seconds\":%.6f}\n", kernels, elapsed);
     }

@@ -76,7 +76,8 @@ TEST(CaptureTracker, AnEndThatLeavesTheStreamCapturingKeepsTheSequenceOpen) {
   t.init(fake_ops());
   t.begin(begin_ok);
   // cuStreamEndCapture on a joined (non-origin) stream: CUDA_ERROR_STREAM_CAPTURE_UNMATCHED.
-  EXPECT_EQ(t.end(nullptr, [] { return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; }), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+  EXPECT_EQ(t.end(nullptr, [] { return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; }),
+            CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
   EXPECT_TRUE(t.any_open());
   // An end on a stream that was not capturing at all closes nothing.
   FakeCapture::capturing = false;

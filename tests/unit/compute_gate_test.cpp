@@ -4,7 +4,6 @@
 // and gives up on a broker that is gone; the limiter learns GPU time per launch from
 // fence events and holds a launching thread while more than its bound is queued.
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,9 +15,9 @@
 #include <memory>
 #include <thread>
 
-#include "fracgpu/futex_word.h"
 #include "core/grant_gate.h"
 #include "core/inflight_limiter.h"
+#include "fracgpu/futex_word.h"
 
 namespace fracgpu {
 namespace {
@@ -125,7 +124,7 @@ TEST_F(GateFixture, DrainReportStoresTheEpochAndRings) {
 // launch after the previous one; event_synchronize completes the oldest.
 struct FakeGpu {
   static inline std::deque<std::pair<CUevent, uint64_t>> recorded;  // (event, launch count)
-  static inline uint64_t completed_upto = 0;                         // launches finished
+  static inline uint64_t completed_upto = 0;                        // launches finished
   static inline uint64_t launches = 0;
   static inline int syncs = 0;
   static inline int queries = 0;
@@ -173,7 +172,8 @@ FenceOps fake_ops() {
     return CUDA_SUCCESS;
   };
   o.event_elapsed = [](float* ms, CUevent a, CUevent b) {
-    *ms = static_cast<float>(FakeGpu::launch_of(b) - FakeGpu::launch_of(a)) * 1.0f;  // 1 ms per launch
+    *ms = static_cast<float>(FakeGpu::launch_of(b) - FakeGpu::launch_of(a)) *
+          1.0f;  // 1 ms per launch
     return CUDA_SUCCESS;
   };
   o.event_destroy = [](CUevent) { return CUDA_SUCCESS; };

@@ -47,7 +47,8 @@ TEST(ComputePolicy, CountsGrantedLaunchesButNotCapturedOrFailedOnes) {
   ASSERT_EQ(launch(compute, stream), CUDA_SUCCESS);
   const uint64_t counted = compute.counted_launches(0);
   EXPECT_EQ(counted, 1u);
-  EXPECT_EQ(p.tenant.ledger_map()->schedule[0][0].launched_epoch.load(), 1u);  // the grant was acknowledged
+  EXPECT_EQ(p.tenant.ledger_map()->schedule[0][0].launched_epoch.load(),
+            1u);  // the grant was acknowledged
 
   EXPECT_EQ(launch(compute, stream, CUDA_ERROR_INVALID_VALUE), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(compute.counted_launches(0), counted);  // nothing was submitted
@@ -62,10 +63,11 @@ TEST(ComputePolicy, CountsGrantedLaunchesButNotCapturedOrFailedOnes) {
   EXPECT_EQ(compute.counted_launches(0), counted);
 
   // The capture ended: launches count again.
-  ASSERT_EQ(p.captures.end(stream, [] {
-    FakeDriver::capturing = false;
-    return CUDA_SUCCESS;
-  }),
+  ASSERT_EQ(p.captures.end(stream,
+                           [] {
+                             FakeDriver::capturing = false;
+                             return CUDA_SUCCESS;
+                           }),
             CUDA_SUCCESS);
   EXPECT_FALSE(p.captures.any_open());
   ASSERT_EQ(launch(compute, stream), CUDA_SUCCESS);
@@ -86,10 +88,11 @@ TEST(ComputePolicy, ALaunchWithoutATenantDeviceIsNotGated) {
   CaptureTracker captures;
   ComputePolicy compute(p.tenant, devices, no_device, p.fences, captures, "/nonexistent/doorbell");
   bool called = false;
-  EXPECT_EQ(compute.launch<true>(nullptr, false, [&] {
-    called = true;
-    return CUDA_SUCCESS;
-  }),
+  EXPECT_EQ(compute.launch<true>(nullptr, false,
+                                 [&] {
+                                   called = true;
+                                   return CUDA_SUCCESS;
+                                 }),
             CUDA_SUCCESS);
   EXPECT_TRUE(called);
   EXPECT_EQ(compute.counted_launches(0), 0u);

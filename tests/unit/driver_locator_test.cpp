@@ -36,9 +36,10 @@ std::string make_cache(const std::vector<std::tuple<std::string, std::string, in
 }
 
 TEST(LdSoCache, ParsesEntriesAndArchitecture) {
-  auto entries = parse_ld_so_cache(make_cache({{"libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303},
-                                               {"libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", 0x0003}},
-                                              true));
+  auto entries = parse_ld_so_cache(
+      make_cache({{"libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303},
+                  {"libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", 0x0003}},
+                 true));
   ASSERT_EQ(entries.size(), 2u);
   EXPECT_EQ(entries[0].name, "libcuda.so.1");
   EXPECT_EQ(entries[0].path, "/usr/lib/x86_64-linux-gnu/libcuda.so.1");

@@ -27,7 +27,8 @@ struct FakeDriver {
   static inline CUmemoryPool default_pool = reinterpret_cast<CUmemoryPool>(0x500);
   static inline uint64_t graph_reserved = 0;  // CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
   static inline uint64_t graph_used = 0;      // CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
-  static inline std::vector<uint64_t> graph_allocations;  // bytes of each memory node of every graph
+  static inline std::vector<uint64_t>
+      graph_allocations;  // bytes of each memory node of every graph
   static inline int frees = 0;
   static inline bool capturing = false;  // every stream's capture status
 
@@ -83,7 +84,8 @@ struct FakeDriver {
       return CUDA_SUCCESS;
     };
     c.cuDeviceGetGraphMemAttribute = [](CUdevice, CUgraphMem_attribute attribute, void* value) {
-      *static_cast<cuuint64_t*>(value) = attribute == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT ? graph_reserved : graph_used;
+      *static_cast<cuuint64_t*>(value) =
+          attribute == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT ? graph_reserved : graph_used;
       return CUDA_SUCCESS;
     };
     return c;

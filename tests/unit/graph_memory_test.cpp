@@ -26,17 +26,19 @@ struct GraphMemoryTest : ::testing::Test {
   void SetUp() override {
     FakeDriver::reset();
     captures.init(FakeDriver::capture_ops());
-    policies = std::make_unique<TenantPolicies>(tenant, calls, fences, captures, "/nonexistent/doorbell");
+    policies =
+        std::make_unique<TenantPolicies>(tenant, calls, fences, captures, "/nonexistent/doorbell");
   }
   GraphMemory& graphs() { return policies->graphs; }
 
   void instantiate(std::vector<uint64_t> allocations) {
     FakeDriver::graph_allocations = std::move(allocations);
     CUgraphExec out = nullptr;
-    ASSERT_EQ(graphs().instantiate(&out, reinterpret_cast<CUgraph>(0x800), [&] {
-      out = exec;
-      return CUDA_SUCCESS;
-    }),
+    ASSERT_EQ(graphs().instantiate(&out, reinterpret_cast<CUgraph>(0x800),
+                                   [&] {
+                                     out = exec;
+                                     return CUDA_SUCCESS;
+                                   }),
               CUDA_SUCCESS);
   }
   // A launch that makes the driver back `backed` bytes (reserved = used = backed).
@@ -75,7 +77,8 @@ TEST_F(GraphMemoryTest, ALaunchPastTheCapIsRefusedBeforeTheDriverRuns) {
 
 TEST_F(GraphMemoryTest, AFailedLaunchReleasesThePreCharge) {
   instantiate({300});
-  EXPECT_EQ(graphs().launch(exec, [] { return CUDA_ERROR_LAUNCH_FAILED; }), CUDA_ERROR_LAUNCH_FAILED);
+  EXPECT_EQ(graphs().launch(exec, [] { return CUDA_ERROR_LAUNCH_FAILED; }),
+            CUDA_ERROR_LAUNCH_FAILED);
   EXPECT_EQ(tenant.used(), 0u);
 }
 

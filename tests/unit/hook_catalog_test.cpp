@@ -32,7 +32,8 @@ std::map<std::string, std::vector<Abi>> typedefs_by_base() {
 // The driver's rule: the i-th ABI of a base (by version) is exported as base (i = 0) or
 // base_v{i+1}; a per-thread ABI takes the name of the newest plain ABI not newer than
 // it, plus its suffix.
-std::string expected_symbol(const std::string& base, const std::vector<Abi>& abis, const HookInfo& info) {
+std::string expected_symbol(const std::string& base, const std::vector<Abi>& abis,
+                            const HookInfo& info) {
   std::vector<int> plain;
   for (const Abi& abi : abis) {
     if (abi.per_thread.empty()) plain.push_back(abi.version);
@@ -68,27 +69,53 @@ TEST(HookCatalog, EveryRowMatchesATypedefAndTheDriverNamingRule) {
 }
 
 TEST(HookCatalog, SymbolsAreUniqueAndAllArePublicDriverExports) {
-  std::set<std::string> exports = testing::def_first_args(FRACGPU_DRIVER_EXPORTS_DEF, "FRACGPU_DRIVER_SYMBOL");
+  std::set<std::string> exports =
+      testing::def_first_args(FRACGPU_DRIVER_EXPORTS_DEF, "FRACGPU_DRIVER_SYMBOL");
   ASSERT_GT(exports.size(), 600u);
   std::set<std::string_view> seen;
   for (const HookInfo& info : kHookCatalog) {
     EXPECT_TRUE(seen.insert(info.symbol).second) << info.symbol << " listed twice";
-    EXPECT_TRUE(exports.count(std::string(info.symbol))) << info.symbol << " is not a driver export";
+    EXPECT_TRUE(exports.count(std::string(info.symbol)))
+        << info.symbol << " is not a driver export";
   }
 }
 
 TEST(HookCatalog, CoversEveryPathTheQuotaLogicNeeds) {
-  for (const char* name : {"cuInit", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2",
-                           "cuMemFree_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync",
-                           "cuMemAllocAsync_ptsz", "cuMemFreeAsync", "cuMemAllocFromPoolAsync",
-                           "cuMemPoolTrimTo", "cuMemCreate", "cuMemRelease", "cuArrayCreate_v2",
-                           "cuArray3DCreate_v2", "cuMipmappedArrayCreate", "cuMemGetInfo_v2",
-                           "cuDeviceTotalMem_v2", "cuCtxCreate_v2", "cuCtxCreate_v4",
-                           "cuDevicePrimaryCtxRetain", "cuStreamCreate", "cuLaunchKernel",
-                           "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-                           "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
-                           "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuMemcpyHtoDAsync_v2",
-                           "cuMemcpyAsync_ptsz", "cuMemsetD8Async", "cuMemsetD32Async_ptsz"}) {
+  for (const char* name : {"cuInit",
+                           "cuGetProcAddress",
+                           "cuGetProcAddress_v2",
+                           "cuMemAlloc_v2",
+                           "cuMemFree_v2",
+                           "cuMemAllocPitch_v2",
+                           "cuMemAllocManaged",
+                           "cuMemAllocAsync",
+                           "cuMemAllocAsync_ptsz",
+                           "cuMemFreeAsync",
+                           "cuMemAllocFromPoolAsync",
+                           "cuMemPoolTrimTo",
+                           "cuMemCreate",
+                           "cuMemRelease",
+                           "cuArrayCreate_v2",
+                           "cuArray3DCreate_v2",
+                           "cuMipmappedArrayCreate",
+                           "cuMemGetInfo_v2",
+                           "cuDeviceTotalMem_v2",
+                           "cuCtxCreate_v2",
+                           "cuCtxCreate_v4",
+                           "cuDevicePrimaryCtxRetain",
+                           "cuStreamCreate",
+                           "cuLaunchKernel",
+                           "cuLaunchKernel_ptsz",
+                           "cuLaunchKernelEx",
+                           "cuLaunchKernelEx_ptsz",
+                           "cuLaunchCooperativeKernel",
+                           "cuLaunchCooperativeKernel_ptsz",
+                           "cuGraphLaunch",
+                           "cuGraphLaunch_ptsz",
+                           "cuMemcpyHtoDAsync_v2",
+                           "cuMemcpyAsync_ptsz",
+                           "cuMemsetD8Async",
+                           "cuMemsetD32Async_ptsz"}) {
     EXPECT_TRUE(find_hook_by_symbol(name).has_value()) << name;
   }
 }
@@ -96,7 +123,8 @@ TEST(HookCatalog, CoversEveryPathTheQuotaLogicNeeds) {
 // Every call that puts work on the GPU is gated (the kind column of tables/hooks.def):
 // kernel and graph launches, asynchronous copies, memsets and prefetches.
 TEST(HookCatalog, EveryLaunchCopyMemsetAndPrefetchIsGated) {
-  const std::regex gated_base(R"(cuLaunch\w*|cuGraphLaunch|cuMemcpy\w*Async|cuMemset\w*Async|cuMemPrefetchAsync)");
+  const std::regex gated_base(
+      R"(cuLaunch\w*|cuGraphLaunch|cuMemcpy\w*Async|cuMemset\w*Async|cuMemPrefetchAsync)");
   int gated = 0;
   for (const HookInfo& info : kHookCatalog) {
     SCOPED_TRACE(std::string(info.symbol));
@@ -123,7 +151,8 @@ TEST(HookCatalog, VersionSelectionFollowsTheDriver) {
   EXPECT_EQ(symbol_of("cuMemAlloc", 12000, true), "cuMemAlloc_v2");  // no per-thread variant
   EXPECT_EQ(symbol_of("cuLaunchKernel", 12000, false), "cuLaunchKernel");
   EXPECT_EQ(symbol_of("cuLaunchKernel", 12000, true), "cuLaunchKernel_ptsz");
-  EXPECT_EQ(symbol_of("cuLaunchKernel", 6050, true), "cuLaunchKernel");  // before per-thread streams
+  EXPECT_EQ(symbol_of("cuLaunchKernel", 6050, true),
+            "cuLaunchKernel");  // before per-thread streams
   EXPECT_EQ(symbol_of("cuMemcpyHtoDAsync", 12000, true), "cuMemcpyHtoDAsync_v2_ptsz");
   EXPECT_EQ(symbol_of("cuMemcpyBatchAsync", 12090, false), "cuMemcpyBatchAsync");
   EXPECT_EQ(symbol_of("cuMemcpyBatchAsync", 13000, true), "cuMemcpyBatchAsync_v2_ptsz");

@@ -27,7 +27,8 @@ struct MemoryPolicyTest : ::testing::Test {
   void SetUp() override {
     FakeDriver::reset();
     captures.init(FakeDriver::capture_ops());
-    policies = std::make_unique<TenantPolicies>(tenant, calls, fences, captures, "/nonexistent/doorbell");
+    policies =
+        std::make_unique<TenantPolicies>(tenant, calls, fences, captures, "/nonexistent/doorbell");
     memory = &policies->memory;
   }
 
@@ -134,20 +135,22 @@ TEST_F(MemoryPolicyTest, MemoryInfoReportsTheCapAsTheDevice) {
   EXPECT_EQ(total_bytes, 1000u);
   EXPECT_EQ(free_bytes, 700u);
   size_t total = 0;
-  ASSERT_EQ(memory->total_memory(&total, 0, [&] {
-    total = 100'000;
-    return CUDA_SUCCESS;
-  }),
+  ASSERT_EQ(memory->total_memory(&total, 0,
+                                 [&] {
+                                   total = 100'000;
+                                   return CUDA_SUCCESS;
+                                 }),
             CUDA_SUCCESS);
   EXPECT_EQ(total, 1000u);
 }
 
 TEST_F(MemoryPolicyTest, ContextsAndThePrimaryContextPayTheirFootprint) {
   CUcontext ctx = nullptr;
-  ASSERT_EQ(policies->contexts.create(0, &ctx, [&] {
-    ctx = reinterpret_cast<CUcontext>(0x77);
-    return CUDA_SUCCESS;
-  }),
+  ASSERT_EQ(policies->contexts.create(0, &ctx,
+                                      [&] {
+                                        ctx = reinterpret_cast<CUcontext>(0x77);
+                                        return CUDA_SUCCESS;
+                                      }),
             CUDA_SUCCESS);
   EXPECT_EQ(tenant.used(), 50u);
   auto ok = [] { return CUDA_SUCCESS; };
@@ -169,10 +172,11 @@ TEST_F(MemoryPolicyTest, VmmMemoryIsChargedUntilReleasedAndUnmapped) {
   prop.location.id = 0;
   CUmemGenericAllocationHandle handle = 0;
   auto ok = [] { return CUDA_SUCCESS; };
-  ASSERT_EQ(policies->vmm.create(&handle, 256, &prop, [&] {
-    handle = 0x42;
-    return CUDA_SUCCESS;
-  }),
+  ASSERT_EQ(policies->vmm.create(&handle, 256, &prop,
+                                 [&] {
+                                   handle = 0x42;
+                                   return CUDA_SUCCESS;
+                                 }),
             CUDA_SUCCESS);
   EXPECT_EQ(tenant.used(), 256u);
   ASSERT_EQ(policies->vmm.map(0x10000, handle, ok), CUDA_SUCCESS);

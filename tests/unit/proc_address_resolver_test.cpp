@@ -7,8 +7,12 @@
 namespace fracgpu {
 namespace {
 
-void* fake_pointer(std::size_t n) { return reinterpret_cast<void*>(0x10000 + 16 * n); }
-void* wrapper_pointer(std::size_t n) { return reinterpret_cast<void*>(0x900000 + 16 * n); }
+void* fake_pointer(std::size_t n) {
+  return reinterpret_cast<void*>(0x10000 + 16 * n);
+}
+void* wrapper_pointer(std::size_t n) {
+  return reinterpret_cast<void*>(0x900000 + 16 * n);
+}
 
 class ProcAddressResolverTest : public ::testing::Test {
  protected:
@@ -26,7 +30,8 @@ class ProcAddressResolverTest : public ::testing::Test {
 
 TEST_F(ProcAddressResolverTest, DriverPointerOfAHookedAbiBecomesOurWrapper) {
   const auto id = hook_index(HookId::cuLaunchKernel_ptsz);
-  EXPECT_EQ(resolver.translate("cuLaunchKernel", fake_pointer(id), 13000, kProcAddressPerThreadStreamFlag),
+  EXPECT_EQ(resolver.translate("cuLaunchKernel", fake_pointer(id), 13000,
+                               kProcAddressPerThreadStreamFlag),
             wrapper_pointer(id));
   EXPECT_EQ(resolver.stats().by_pointer, 1u);
 }
@@ -48,7 +53,8 @@ TEST_F(ProcAddressResolverTest, NewerThanTheHeadersIsNeverGuessed) {
 TEST_F(ProcAddressResolverTest, UnhookedAndMissingAbisPassThrough) {
   void* other = reinterpret_cast<void*>(0x4242);
   EXPECT_EQ(resolver.translate("cuCtxGetCurrent", other, 12000, 0), other);
-  EXPECT_EQ(resolver.translate("cuMemAllocManaged", other, 12000, 0), other);  // driver lacks our ABI
+  EXPECT_EQ(resolver.translate("cuMemAllocManaged", other, 12000, 0),
+            other);  // driver lacks our ABI
   EXPECT_EQ(resolver.translate("cuMemAlloc", nullptr, 12000, 0), nullptr);
   EXPECT_EQ(resolver.stats().passed_through, 2u);
 }

@@ -26,8 +26,10 @@ TEST(ShimConfig, DefaultsWhenNothingIsSet) {
 }
 
 TEST(ShimConfig, ReadsEveryVariable) {
-  ShimConfig c = parse({{"FRACGPU_DISABLE", "yes"}, {"FRACGPU_LOG_LEVEL", "DEBUG"},
-                        {"FRACGPU_REAL_DRIVER", "/x/libcuda.so.1"}, {"FRACGPU_HOOK_STATS", "/tmp/s-%p.json"},
+  ShimConfig c = parse({{"FRACGPU_DISABLE", "yes"},
+                        {"FRACGPU_LOG_LEVEL", "DEBUG"},
+                        {"FRACGPU_REAL_DRIVER", "/x/libcuda.so.1"},
+                        {"FRACGPU_HOOK_STATS", "/tmp/s-%p.json"},
                         {"FRACGPU_SOCKET", "/tmp/t/broker.sock"}});
   EXPECT_TRUE(c.disabled);
   EXPECT_EQ(c.log_level, LogLevel::kDebug);

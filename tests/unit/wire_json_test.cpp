@@ -24,7 +24,8 @@ TEST(WireJson, ReadsTopLevelFields) {
 TEST(WireJson, KeysInsideStringsOrNestedValuesAreNotFields) {
   EXPECT_EQ(int_field(R"({"note":"\"slot\":7","x":1})", "slot"), std::nullopt);
   EXPECT_EQ(int_field(R"({"inner":{"slot":7}})", "slot"), std::nullopt);
-  EXPECT_EQ(string_field(R"({"error":"quote \" and \\ inside"})", "error"), "quote \" and \\ inside");
+  EXPECT_EQ(string_field(R"({"error":"quote \" and \\ inside"})", "error"),
+            "quote \" and \\ inside");
 }
 
 TEST(WireJson, GarbageIsAbsentNeverACrash) {
