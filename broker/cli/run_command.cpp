@@ -77,8 +77,11 @@ std::map<std::string, std::string> command_environment(const std::string& shim, 
   // An explicit --gpu also decides what the program sees, unless the user already chose.
   if (!request.quota.gpus.empty() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
     std::string uuids;
-    for (const auto& d : tenant["devices"])
-      uuids += (uuids.empty() ? "" : ",") + d.value("uuid", "");
+    for (const auto& d : tenant["devices"]) {
+      // Appended piece by piece: operator+ on a literal trips GCC 12's false -Wrestrict at -O3.
+      if (!uuids.empty()) uuids += ',';
+      uuids += d.value("uuid", "");
+    }
     env["CUDA_VISIBLE_DEVICES"] = uuids;
   }
   return env;

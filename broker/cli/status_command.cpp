@@ -262,8 +262,10 @@ int list_tenants(const std::string& run_dir) {
   std::vector<Row> rows{{"NAME", "GPUS", "PROCESSES", "SOCKET"}};
   for (const auto& t : reply->value("tenants", json::array())) {
     std::string gpus;
-    for (const auto& d : t.value("devices", json::array()))
-      gpus += (gpus.empty() ? "" : ",") + count_of(d, "gpu");
+    for (const auto& d : t.value("devices", json::array())) {
+      if (!gpus.empty()) gpus += ',';  // not operator+ on a literal: GCC 12's false -Wrestrict
+      gpus += count_of(d, "gpu");
+    }
     rows.push_back({t.value("name", "?"), gpus,
                     std::to_string(t.value("processes", json::array()).size()),
                     t.value("socket", "")});
