@@ -150,11 +150,11 @@ CUresult MemoryPolicy::uncharged(AllocationTable& table, uint64_t key, DriverCal
   return rc;
 }
 
-// Reserve on the current device, then the driver call, and remember the charge under
-// the key of the new allocation. No current device: nothing to charge it to (the driver
-// refuses such an allocation itself).
-CUresult MemoryPolicy::allocate_keyed(const char* api, uint64_t bytes, DriverCall call,
-                                      CallRef<uint64_t()> key) {
+// Reserve on the current device, then the driver call, and remember the charge in
+// `table` under the key of the new allocation. No current device: nothing to charge it to
+// (the driver refuses such an allocation itself).
+CUresult MemoryPolicy::allocate_keyed(AllocationTable& table, const char* api, uint64_t bytes,
+                                      DriverCall call, CallRef<uint64_t()> key) {
   TenantDevice device;
   if (!devices_.current(&device)) return call();
   if (CUresult rc = reserve(device, bytes, api); rc != CUDA_SUCCESS) return rc;
@@ -163,7 +163,7 @@ CUresult MemoryPolicy::allocate_keyed(const char* api, uint64_t bytes, DriverCal
     release(device.index, bytes);
     return rc;
   }
-  remember(device_memory_, key(), {static_cast<uint32_t>(device.index), bytes, 0});
+  remember(table, key(), {static_cast<uint32_t>(device.index), bytes, 0});
   return rc;
 }
 
@@ -216,16 +216,11 @@ void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_by
 template <typename Handle>
 CUresult MemoryPolicy::created_array(const char* api, Handle* array, uint64_t bytes,
                                      DriverCall call) {
-  TenantDevice device;
-  if (!devices_.current(&device)) return call();
-  if (CUresult rc = reserve(device, bytes, api); rc != CUDA_SUCCESS) return rc;
-  const CUresult rc = call();
-  if (rc != CUDA_SUCCESS) {
-    release(device.index, bytes);
-    return rc;
-  }
+  const CUresult rc = allocate_keyed(arrays_, api, bytes, call,
+                                     [array] { return array != nullptr ? key_of(*array) : 0; });
+  if (rc != CUDA_SUCCESS) return rc;
   const uint64_t key = array != nullptr ? key_of(*array) : 0;
-  remember(arrays_, key, {static_cast<uint32_t>(device.index), bytes, 0});
+  TenantDevice device;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   if (!devices_.current(&device) || !array_requirements(calls_, *array, device.ordinal, &req) ||
       req.size == 0) {

@@ -75,7 +75,8 @@ class MemoryPolicy {
   // --- Device memory: cuMemAlloc*, cuMemAllocManaged, cuMemAllocPitch, cuMemFree ---
   template <typename Ptr>
   CUresult allocate(const char* api, Ptr* dptr, uint64_t bytes, DriverCall call) {
-    return allocate_keyed(api, bytes, call, [dptr] { return dptr != nullptr ? key_of(*dptr) : 0; });
+    return allocate_keyed(device_memory_, api, bytes, call,
+                          [dptr] { return dptr != nullptr ? key_of(*dptr) : 0; });
   }
   // The pitch is the driver's choice: charge width x height first, then the padding.
   // `call` is the real allocation, given where to store the pitch.
@@ -149,7 +150,7 @@ class MemoryPolicy {
   std::size_t array_allocations() const { return arrays_.size(); }
 
  private:
-  CUresult allocate_keyed(const char* api, uint64_t bytes, DriverCall call,
+  CUresult allocate_keyed(AllocationTable& table, const char* api, uint64_t bytes, DriverCall call,
                           CallRef<uint64_t()> key);
   CUresult charge_padding(uint64_t key, uint64_t extra);
   CUresult free_any(CUdeviceptr ptr, DriverCall call);
