@@ -83,7 +83,14 @@ void LineServer::accept_all() {
       continue;
     }
     spdlog::debug("{}: connection from pid {} uid {}", label_, cred->pid, cred->uid);
-    peers_.emplace(id, std::move(peer));
+    Peer& admitted = *peers_.emplace(id, std::move(peer)).first->second;
+    if (peer_filter_) {
+      if (auto refusal = peer_filter_(admitted.cred)) {
+        spdlog::info("{}: refused pid {} uid {}: {}", label_, cred->pid, cred->uid, *refusal);
+        admitted.closing = true;
+        send(admitted, error_reply(*refusal));
+      }
+    }
   }
 }
 
@@ -167,10 +174,34 @@ void LineServer::send(Peer& peer, const nlohmann::json& reply) {
   flush(peer);
 }
 
+// One send(2) of the pending output; the first one after a handler attached a descriptor
+// carries it (SCM_RIGHTS travels with the first byte it is sent with).
+ssize_t LineServer::send_some(Peer& peer) {
+  if (peer.pending_fd < 0)
+    return ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  iovec data{peer.out.data(), peer.out.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &peer.pending_fd, sizeof(int));
+  const ssize_t n = ::sendmsg(peer.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) {
+    ::close(peer.pending_fd);
+    peer.pending_fd = -1;
+  }
+  return n;
+}
+
 void LineServer::flush(Peer& peer) {
   while (!peer.out.empty()) {
-    const ssize_t n =
-        ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send_some(peer);
     if (n > 0) {
       peer.out.erase(0, static_cast<std::size_t>(n));
       continue;
@@ -198,6 +229,7 @@ void LineServer::disconnect(uint64_t peer_id) {
   peers_.erase(it);
   loop_.remove(peer->loop_id);
   ::close(peer->fd);
+  if (peer->pending_fd >= 0) ::close(peer->pending_fd);
 }
 
 }  // namespace fracgpu::broker

@@ -26,15 +26,23 @@ struct Peer {
   int fd = -1;
   PeerCredentials cred;
   std::optional<uint32_t> slot;  // tenant sockets: the ProcessSlot registered on this connection
-  std::string in;                // bytes received, not yet a full line
-  std::string out;               // reply bytes not yet accepted by the kernel
-  bool closing = false;          // disconnect once `out` is flushed
+  // A descriptor a handler passes to the peer with its reply (SCM_RIGHTS, sent with the
+  // reply's first byte); LineServer owns it from then on and closes it once sent or when
+  // the peer goes away.
+  int pending_fd = -1;
+  std::string in;        // bytes received, not yet a full line
+  std::string out;       // reply bytes not yet accepted by the kernel
+  bool closing = false;  // disconnect once `out` is flushed
   EventLoop::Id loop_id = 0;
 };
 
 class LineServer {
  public:
   using RequestHandler = std::function<nlohmann::json(Peer&, const nlohmann::json&)>;
+  // Decides at accept time, from the kernel's credentials alone, whether a peer may talk
+  // to this server: nullopt admits it, a sentence refuses it (the peer gets that sentence
+  // as an error reply and is disconnected before anything it sends is read).
+  using PeerFilter = std::function<std::optional<std::string>(const PeerCredentials&)>;
 
   LineServer(EventLoop& loop, std::string label, RequestHandler on_request);
   ~LineServer();
@@ -42,6 +50,7 @@ class LineServer {
   LineServer& operator=(const LineServer&) = delete;
 
   Status listen(const std::filesystem::path& path, mode_t mode);
+  void set_peer_filter(PeerFilter filter) { peer_filter_ = std::move(filter); }
   // Closes the listener and every connection; `unlink` also removes the socket file.
   void shutdown(bool unlink);
 
@@ -55,11 +64,13 @@ class LineServer {
   void handle_line(Peer& peer, const std::string& line);
   void send(Peer& peer, const nlohmann::json& reply);
   void flush(Peer& peer);
+  ssize_t send_some(Peer& peer);
   void disconnect(uint64_t peer_id);
 
   EventLoop& loop_;
   std::string label_;
   RequestHandler on_request_;
+  PeerFilter peer_filter_;
   std::filesystem::path path_;
   int listen_fd_ = -1;
   EventLoop::Id listen_id_ = 0;

@@ -92,16 +92,28 @@ void BrokerConnection::forget_after_fork() {
   new (&mutex_) std::mutex();  // the parent's lock state means nothing in the child
 }
 
-std::optional<std::string> BrokerConnection::request(const std::string& line, int timeout_ms,
-                                                     std::string* error) {
+std::optional<uid_t> BrokerConnection::server_uid() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  ucred cred{};
+  socklen_t length = sizeof cred;
+  if (fd_ < 0 || ::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0)
+    return std::nullopt;
+  return cred.uid;
+}
+
+std::optional<std::string> BrokerConnection::request(const std::string& line, int timeout_ms,
+                                                     std::string* error, int* received_fd) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (received_fd != nullptr) *received_fd = -1;
   if (fd_ < 0) {
     *error = "not connected to the broker";
     return std::nullopt;
   }
-  auto reply =
-      send_all(line + "\n", timeout_ms, error) ? read_line(timeout_ms, error) : std::nullopt;
+  auto reply = send_all(line + "\n", timeout_ms, error) ? read_line(timeout_ms, error, received_fd)
+                                                        : std::nullopt;
   if (!reply) {  // a broken exchange leaves the stream unusable: start over next time
+    if (received_fd != nullptr && *received_fd >= 0) ::close(*received_fd);
+    if (received_fd != nullptr) *received_fd = -1;
     ::close(fd_);
     fd_ = -1;
     buffered_.clear();
@@ -131,7 +143,35 @@ bool BrokerConnection::send_all(const std::string& data, int timeout_ms, std::st
   return true;
 }
 
-std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::string* error) {
+// One recvmsg(2): data into `chunk`, and a passed descriptor (if any) into *received_fd,
+// or closed when the caller did not ask for one or already has one.
+ssize_t BrokerConnection::receive_chunk(char* chunk, std::size_t size, int* received_fd) {
+  iovec data{chunk, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(fd_, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  for (cmsghdr* h = CMSG_FIRSTHDR(&message); n >= 0 && h != nullptr; h = CMSG_NXTHDR(&message, h)) {
+    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int passed = -1;
+      std::memcpy(&passed, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+      if (received_fd != nullptr && *received_fd < 0) {
+        *received_fd = passed;
+      } else {
+        ::close(passed);
+      }
+    }
+  }
+  return n;
+}
+
+std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::string* error,
+                                                       int* received_fd) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     std::size_t newline = buffered_.find('\n');
@@ -151,7 +191,7 @@ std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::stri
       return std::nullopt;
     }
     char chunk[4096];
-    ssize_t n = ::recv(fd_, chunk, sizeof(chunk), MSG_DONTWAIT);
+    ssize_t n = receive_chunk(chunk, sizeof(chunk), received_fd);
     if (n == 0) {
       *error = "broker closed the connection";
       return std::nullopt;

@@ -5,6 +5,8 @@
 // hang-up is one of the ways the broker learns that the process is gone.
 #pragma once
 
+#include <sys/types.h>
+
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,12 +30,19 @@ class BrokerConnection {
   // which another thread of the parent may have held at the fork (it is re-created).
   void forget_after_fork();
 
-  // One request line out, one reply line back (without the newline).
-  std::optional<std::string> request(const std::string& line, int timeout_ms, std::string* error);
+  // One request line out, one reply line back (without the newline). A descriptor the
+  // broker passed with the reply (SCM_RIGHTS) lands in *received_fd (close-on-exec; -1
+  // when none came); without received_fd, any passed descriptor is closed.
+  std::optional<std::string> request(const std::string& line, int timeout_ms, std::string* error,
+                                     int* received_fd = nullptr);
+
+  // The uid of the process serving the socket (SO_PEERCRED), while connected.
+  std::optional<uid_t> server_uid() const;
 
  private:
   bool send_all(const std::string& data, int timeout_ms, std::string* error);
-  std::optional<std::string> read_line(int timeout_ms, std::string* error);
+  std::optional<std::string> read_line(int timeout_ms, std::string* error, int* received_fd);
+  ssize_t receive_chunk(char* chunk, std::size_t size, int* received_fd);
 
   mutable std::mutex mutex_;
   int fd_ = -1;
