@@ -2,6 +2,7 @@
 #include "child_process.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -33,12 +34,17 @@ std::vector<std::string> env_strings(const Environment& env) {
   return out;
 }
 
-// In the child: exec argv with env; never returns.
-[[noreturn]] void exec_child(const std::vector<std::string>& argv, const Environment& env) {
+// In the child: exec argv with env (as `as`, when given); never returns.
+[[noreturn]] void exec_child(const std::vector<std::string>& argv, const Environment& env,
+                             const std::optional<RunAs>& as) {
   std::vector<std::string> args = argv, envs = env_strings(env);
   auto arg_ptrs = c_strings(args);
   auto env_ptrs = c_strings(envs);
   setpgid(0, 0);
+  if (as && (setgroups(0, nullptr) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0)) {
+    dprintf(2, "cannot switch to uid %u gid %u: %s\n", as->uid, as->gid, strerror(errno));
+    _exit(126);
+  }
   execvpe(arg_ptrs[0], arg_ptrs.data(), env_ptrs.data());
   dprintf(2, "exec %s failed: %s\n", arg_ptrs[0], strerror(errno));
   _exit(127);
@@ -70,7 +76,7 @@ Environment clean_environment() {
 }
 
 ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env,
-                          std::chrono::milliseconds limit) {
+                          std::chrono::milliseconds limit, std::optional<RunAs> as) {
   ProcessResult result;
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
@@ -78,7 +84,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
   if (pid == 0) {
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
-    exec_child(argv, env);
+    exec_child(argv, env, as);
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -118,7 +124,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
 }
 
 BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const Environment& env,
-                                     const std::string& log_prefix)
+                                     const std::string& log_prefix, std::optional<RunAs> as)
     : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
   pid_ = fork();
   if (pid_ == 0) {
@@ -126,7 +132,7 @@ BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const
     int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    exec_child(argv, env);
+    exec_child(argv, env, as);
   }
 }
 

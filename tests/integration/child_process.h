@@ -8,12 +8,20 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace fracgpu::testing {
 
 using Environment = std::map<std::string, std::string>;
+
+// Who a child runs as: the child drops its supplementary groups, then sets gid and uid
+// before exec (the parent must be root). Unset: the test's own identity.
+struct RunAs {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
 
 struct ProcessResult {
   int exit_code = -1;  // valid when signal == 0
@@ -29,13 +37,14 @@ Environment clean_environment();
 
 // Runs argv[0] (searched in PATH) with exactly `env`; kills it after `limit`.
 ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env,
-                          std::chrono::milliseconds limit = std::chrono::seconds(60));
+                          std::chrono::milliseconds limit = std::chrono::seconds(60),
+                          std::optional<RunAs> as = std::nullopt);
 
 // A process started in the background with stdout/stderr sent to files.
 class BackgroundProcess {
  public:
   BackgroundProcess(const std::vector<std::string>& argv, const Environment& env,
-                    const std::string& log_prefix);
+                    const std::string& log_prefix, std::optional<RunAs> as = std::nullopt);
   ~BackgroundProcess();
   BackgroundProcess(const BackgroundProcess&) = delete;
   BackgroundProcess& operator=(const BackgroundProcess&) = delete;
