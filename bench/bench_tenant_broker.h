@@ -49,7 +49,8 @@ class TenantBroker {
     const std::string create = std::string(FRACGPU_CLI) + " --run-dir " + run +
                                " tenant create bench --memory " + memory + " --gpu 0 > /dev/null";
     if (std::system(create.c_str()) != 0) fail("cannot create the tenant");
-    setenv("FRACGPU_SOCKET", client::tenant_socket_path(run, "bench").c_str(), 1);
+    setenv("FRACGPU_SOCKET", client::tenant_socket_path(run, "bench", /*has_owners=*/false).c_str(),
+           1);
   }
   ~TenantBroker() {
     broker_.stop();

@@ -15,8 +15,8 @@
 #include <type_traits>
 
 #include "core/tenant_view.h"
+#include "fracgpu/nvml_types.h"
 #include "fracgpu/paths.h"
-#include "nvml_types.h"
 #include "shim_runtime.h"
 
 extern "C" void* fracgpu_real_dlsym(void* handle, const char* name);  // dlsym_redirect.cpp

@@ -1,6 +1,7 @@
-// One-time initialisation of the shim (configuration, the real driver, the hooked
-// functions, the tenant's registration and policies) and the exit-time hook-stats dump.
-// Runs once, at the first CUDA call; afterwards tenant() and state() are one load each.
+// One-time initialisation of the shim (configuration, what the node's set-up lets the
+// environment decide — core/injection_policy.h —, the real driver, the hooked functions,
+// the tenant's registration and policies) and the exit-time hook-stats dump. Runs once, at
+// the first CUDA call; afterwards tenant() and state() are one load each.
 #include "shim_runtime.h"
 
 #include <cuda.h>
@@ -9,10 +10,14 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/capture_tracker.h"
 #include "core/driver_calls.h"
 #include "core/hook_stats.h"
+#include "core/injection_policy.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
 
@@ -57,16 +62,13 @@ void tenant_after_fork_in_child() {
   g_tenancy->policies->compute.after_fork_in_child();
 }
 
-// Registers with the tenant's broker when a tenant socket is configured or present, and
-// sets up the policies. A process that belongs to a tenant counts its open stream
-// captures from the first CUDA call on, so that nothing the shim does can invalidate one
-// (core/capture_tracker.h). Returns false only when a configured broker cannot be
-// reached.
-bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
-  if (!config.socket_explicit && ::access(config.socket_path.c_str(), F_OK) != 0)
-    return true;  // no tenant here
+// Registers with the tenant's broker at `socket_path` and sets up the policies. A process
+// that belongs to a tenant counts its open stream captures from the first CUDA call on, so
+// that nothing the shim does can invalidate one (core/capture_tracker.h). False when the
+// broker cannot be reached or refuses.
+bool start_tenant(const std::string& socket_path, void* driver, std::string* error) {
   auto* tenancy = new Tenancy();
-  if (!tenancy->session.attach(config.socket_path, kConnectTimeoutMs, error)) {
+  if (!tenancy->session.attach(socket_path, kConnectTimeoutMs, error)) {
     delete tenancy;
     return false;
   }
@@ -85,18 +87,69 @@ bool start_tenant(const ShimConfig& config, void* driver, std::string* error) {
   return true;
 }
 
-// A configured broker that cannot be reached makes the shim fail closed: CUDA answers as
-// if no driver were present, because running without the quota would break the tenant's
-// isolation promise to everyone else on the GPU.
-void join_tenant(ShimState* s, void* driver) noexcept {
+// Rule b of core/injection_policy.h: on a node with a broker, the named socket must be
+// served by root or the broker's uid, and sit where no other uid can replace it; the
+// registration then uses its real path, so nothing can be swapped in between. Returns
+// false with *error set; *unreachable when the socket did not answer at all.
+bool verify_node_socket(const InjectionPlan& plan, std::string* socket_path, std::string* error,
+                        bool* unreachable) {
+  BrokerConnection probe;
+  if (!probe.connect(plan.socket_path, kConnectTimeoutMs, error)) {
+    *unreachable = true;
+    return false;
+  }
+  const std::optional<uid_t> server = probe.server_uid();
+  probe.close();
+  if (!server) {
+    *error = "cannot tell who serves FRACGPU_SOCKET=" + plan.socket_path +
+             " (no peer credentials); CUDA is unavailable to this process";
+    return false;
+  }
+  if (auto refusal = untrusted_server(plan.socket_path, *server, *plan.node_broker_uid)) {
+    *error = *refusal;
+    return false;
+  }
+  std::vector<PathEntry> entries;
+  if (!inspect_path(plan.socket_path, socket_path, &entries, error)) {
+    *error = "FRACGPU_SOCKET=" + plan.socket_path + ": " + *error +
+             "; CUDA is unavailable to this process";
+    return false;
+  }
+  if (auto unsafe = unsafe_socket_path(entries, *plan.node_broker_uid)) {
+    *error = *unsafe;
+    return false;
+  }
+  return true;
+}
+
+// A tenant socket that cannot be reached or trusted makes the shim fail closed: CUDA
+// answers as if no driver were present, because running without the quota would break the
+// tenant's isolation promise to everyone else on the GPU.
+void join_tenant(ShimState* s, const InjectionPlan& plan, void* driver) noexcept {
   std::string error;
-  if (start_tenant(s->config, driver, &error)) return;
+  std::string socket_path = plan.socket_path;
+  bool unreachable = false;
+  if (plan.node_broker_uid && !verify_node_socket(plan, &socket_path, &error, &unreachable) &&
+      !unreachable) {
+    FRACGPU_LOG(LogLevel::kError, "%s", error.c_str());
+    s->driver_handle = nullptr;
+    return;
+  }
+  if (!unreachable && start_tenant(socket_path, driver, &error)) return;
   FRACGPU_LOG(
       LogLevel::kError,
       "cannot register with the fracgpu broker at %s (%s); CUDA is unavailable to this process "
       "until the broker runs",
-      s->config.socket_path.c_str(), error.c_str());
+      plan.socket_path.c_str(), error.c_str());
   s->driver_handle = nullptr;
+}
+
+// Where this shim was loaded from, for the /etc/ld.so.preload check ("" if unknown).
+std::string own_path() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&initialize_slow), &info) == 0 || info.dli_fname == nullptr)
+    return std::string();
+  return info.dli_fname;
 }
 
 void initialize_once() noexcept {
@@ -106,14 +159,21 @@ void initialize_once() noexcept {
   for (const std::string& problem : s->config.problems) {
     FRACGPU_LOG(LogLevel::kWarn, "%s", problem.c_str());
   }
+  // How much of the environment counts depends on what the node set up (a few stat calls).
+  const InjectionPlan plan = plan_injection(s->config, read_node_facts(NodePaths{}, own_path()));
+  for (const std::string& warning : plan.warnings) {
+    FRACGPU_LOG(LogLevel::kWarn, "%s", warning.c_str());
+  }
+  const bool pass_through = plan.action == InjectionPlan::Action::kPassThrough;
   LoadedDriver driver = load_real_driver(s->config);
   s->driver_handle = driver.handle;
   s->driver_path = driver.path;
-  if (driver.handle != nullptr && !s->config.disabled) join_tenant(s, driver.handle);
+  if (driver.handle != nullptr && plan.action == InjectionPlan::Action::kRegister)
+    join_tenant(s, plan, driver.handle);
   resolve_hooked_functions(s->driver_handle);
   s->proc_address.build(g_real_functions, wrapper_addresses(), CUDA_VERSION);
-  g_hooks_active = !s->config.disabled;
-  if (s->config.disabled) FRACGPU_LOG(LogLevel::kInfo, "FRACGPU_DISABLE is set: pass-through only");
+  g_hooks_active = !pass_through;
+  if (pass_through) FRACGPU_LOG(LogLevel::kInfo, "FRACGPU_DISABLE is set: pass-through only");
   HookStats::enable(!s->config.hook_stats_path.empty());
   g_state.store(s, std::memory_order_release);
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli/cli_options.h"
 #include "cli/demo_command.h"
@@ -25,6 +26,7 @@ struct Commands {
   broker::BrokerOptions broker;
   std::string tenant_name;
   cli::QuotaFlags create_flags, update_flags, set_flags;
+  std::vector<std::string> owners;  // tenant create/update --owner
   cli::TopFlags top;
   CLI::App *demo_cmd = nullptr, *set_cmd = nullptr, *top_cmd = nullptr;
   CLI::App *run_cmd = nullptr, *status_cmd = nullptr, *broker_cmd = nullptr, *create_cmd = nullptr,
@@ -36,15 +38,22 @@ void define_run(CLI::App& app, Commands& c) {
       "run", "Run a command as a tenant with a GPU memory cap and compute share");
   cli::add_quota_flags(*c.run_cmd, c.run.quota, cli::QuotaCommand::kRun);
   c.run_cmd->add_option("--name", c.run.name, "Tenant name (default run-<pid>)");
+  c.run_cmd->add_option("--tenant", c.run.tenant,
+                        "Join the existing tenant NAME of the node broker instead of creating "
+                        "one (for its owners: fracgpu tenant create NAME --owner USER ...)");
   c.run_cmd->footer(
       "Usage: fracgpu run [--memory SIZE] [options] [--] CMD [ARGS...]\n"
+      "       fracgpu run --tenant NAME [--] CMD [ARGS...]\n"
       "Without --memory the command may use the GPU's memory that no other tenant is guaranteed "
       "(its\n"
       "capacity minus the other tenants' --memory-request, counted when the tenant is created), "
       "with\n"
       "nothing guaranteed unless --memory-request is given (for a command that wants a compute "
       "share\n"
-      "and no cap of its own).");
+      "and no cap of its own).\n"
+      "Where a node broker serves the run directory, only root (or the broker's user) creates "
+      "tenants;\n"
+      "other users run in a tenant an administrator made for them, with --tenant NAME.");
 }
 
 void define_tenant(CLI::App& app, Commands& c) {
@@ -53,9 +62,19 @@ void define_tenant(CLI::App& app, Commands& c) {
   c.create_cmd = tenant->add_subcommand("create", "Create a tenant");
   c.create_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   cli::add_quota_flags(*c.create_cmd, c.create_flags, cli::QuotaCommand::kCreate);
+  c.create_cmd
+      ->add_option("--owner", c.owners,
+                   "User (name or uid) who may run in the tenant (repeatable, or a comma list); "
+                   "none: a Kubernetes-style tenant that only its pod's mount reaches")
+      ->delimiter(',');
   c.update_cmd = tenant->add_subcommand("update", "Change a tenant's quota (the given flags only)");
   c.update_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   cli::add_quota_flags(*c.update_cmd, c.update_flags, cli::QuotaCommand::kUpdate);
+  c.update_cmd
+      ->add_option("--owner", c.owners,
+                   "Replace the tenant's owners with these users (names or uids; repeatable, or a "
+                   "comma list)")
+      ->delimiter(',');
   c.delete_cmd = tenant->add_subcommand("delete", "Delete a tenant");
   c.delete_cmd->add_option("name", c.tenant_name, "Tenant name")->required();
   c.list_cmd = tenant->add_subcommand("list", "List tenants");
@@ -90,8 +109,10 @@ int dispatch(Commands& c) {
     c.broker.run_dir = c.run_dir;
     return broker::run_broker(std::move(c.broker));
   }
-  if (c.create_cmd->parsed()) return cli::create_tenant(c.run_dir, c.tenant_name, c.create_flags);
-  if (c.update_cmd->parsed()) return cli::update_tenant(c.run_dir, c.tenant_name, c.update_flags);
+  if (c.create_cmd->parsed())
+    return cli::create_tenant(c.run_dir, c.tenant_name, c.create_flags, c.owners);
+  if (c.update_cmd->parsed())
+    return cli::update_tenant(c.run_dir, c.tenant_name, c.update_flags, c.owners);
   if (c.delete_cmd->parsed()) return cli::delete_tenant(c.run_dir, c.tenant_name);
   if (c.list_cmd->parsed()) return cli::list_tenants(c.run_dir);
   return cli::kExitUsage;

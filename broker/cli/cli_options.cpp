@@ -2,9 +2,14 @@
 // core/quantity_parser).
 #include "cli/cli_options.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 
 #include "core/quantity_parser.h"
 #include "core/tenant_spec.h"
@@ -131,6 +136,45 @@ Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {
     seen.push_back(g);
   }
   return seen;
+}
+
+Result<std::vector<uint32_t>> resolve_owners(const std::vector<std::string>& given) {
+  using R = Result<std::vector<uint32_t>>;
+  std::vector<uint32_t> owners;
+  for (const std::string& word : given) {
+    if (word.empty()) return R::failure("--owner needs a user name or a numeric uid");
+    uint64_t uid = 0;
+    const bool digits =
+        std::all_of(word.begin(), word.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+    if (digits) {
+      if (word.size() > 10 || (uid = std::stoull(word)) > broker::kMaxOwnerUid)
+        return R::failure("--owner " + word.substr(0, 20) + " is not a uid (0-4294967294)");
+    } else {
+      long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+      std::vector<char> buffer(size > 0 ? static_cast<std::size_t>(size) : 16384);
+      passwd entry{};
+      passwd* found = nullptr;
+      int rc;
+      while ((rc = ::getpwnam_r(word.c_str(), &entry, buffer.data(), buffer.size(), &found)) ==
+                 ERANGE &&
+             buffer.size() < (1u << 20)) {
+        buffer.resize(buffer.size() * 2);
+      }
+      if (rc != 0)
+        return R::failure("--owner " + word.substr(0, 40) + ": cannot look up the user (" +
+                          std::strerror(rc) + ")");
+      if (found == nullptr)
+        return R::failure("--owner " + word.substr(0, 40) +
+                          ": no such user (give a user name or a numeric uid)");
+      uid = found->pw_uid;
+    }
+    if (std::find(owners.begin(), owners.end(), uid) == owners.end())
+      owners.push_back(static_cast<uint32_t>(uid));
+  }
+  if (owners.size() > broker::kMaxOwners)
+    return R::failure("--owner lists " + std::to_string(owners.size()) +
+                      " users; a tenant has at most " + std::to_string(broker::kMaxOwners));
+  return owners;
 }
 
 Result<PerDevice> parse_per_device(const std::string& text, const std::string& flag) {

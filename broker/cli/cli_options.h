@@ -68,6 +68,12 @@ std::vector<unsigned> per_device_gpus(const QuotaFlags& flags);
 // --gpu list: each below 16, no duplicates; empty -> {0}.
 Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given);
 
+// `tenant create/update --owner USER|UID` (repeatable, or a comma list: CLI11 splits it):
+// user names resolved with getpwnam_r, numbers taken as uids, duplicates dropped (the
+// first spelling's position kept). An unknown user or a malformed uid is a usage error,
+// found before any broker is contacted.
+Result<std::vector<uint32_t>> resolve_owners(const std::vector<std::string>& given);
+
 }  // namespace fracgpu::cli
 
 namespace fracgpu::cli {

@@ -89,7 +89,8 @@ Workload start_workload(const DemoPaths& paths, const fs::path& run_dir, const s
     int devnull = open("/dev/null", O_WRONLY);
     dup2(devnull, STDERR_FILENO);  // the shim's "memory cap" lines would clutter the demo
     setenv("LD_PRELOAD", paths.shim.c_str(), 1);
-    setenv("FRACGPU_SOCKET", client::tenant_socket_path(run_dir, tenant).c_str(), 1);
+    setenv("FRACGPU_SOCKET",
+           client::tenant_socket_path(run_dir, tenant, /*has_owners=*/false).c_str(), 1);
     std::vector<std::string> argv = {program.empty() ? paths.workload.string() : program.string()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> c_argv;

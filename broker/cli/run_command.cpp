@@ -1,10 +1,13 @@
 // The `fracgpu run` sequence. Order matters for the "nothing started on bad input"
 // promise: flags, the shim's presence and the GPUs are all checked before the tenant
-// is created, and the tenant exists before the command starts.
+// is created (or joined), and the tenant exists, with this process registered in it,
+// before the command starts.
 #include "cli/run_command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,8 +16,11 @@
 #include <optional>
 
 #include "cli/command_runner.h"
+#include "cli/run_route.h"
+#include "cli/tenant_membership.h"
 #include "client/admin_client.h"
 #include "client/private_broker.h"
+#include "client/run_paths.h"
 #include "core/tenant_spec.h"
 
 namespace fracgpu::cli {
@@ -24,6 +30,8 @@ using client::AdminClient;
 using client::PrivateBroker;
 
 using nlohmann::json;
+
+constexpr auto kRegisterTimeout = std::chrono::seconds(10);
 
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "fracgpu: %s\n", message.c_str());
@@ -47,13 +55,19 @@ std::optional<json> ask_gpus(const std::filesystem::path& run_dir, std::string* 
   return (*reply)["gpus"];
 }
 
+// The node broker when its admin socket answers us; a private broker where none runs or
+// we are root; otherwise (a node broker we may not create tenants with) a refusal.
 Result<BrokerChoice> choose_broker(const std::string& run_dir) {
   BrokerChoice choice;
-  if (auto gpus = ask_gpus(run_dir, &choice.gpu_problem)) {
+  auto node_gpus = ask_gpus(run_dir, &choice.gpu_problem);
+  const RunRouteChoice route = choose_run_route(
+      {false, node_gpus.has_value(), node_broker_uid(run_dir), ::getuid(), run_dir});
+  if (route.route == RunRoute::kNodeAdmin) {
     choice.run_dir = run_dir;
-    choice.gpus = std::move(*gpus);
+    choice.gpus = std::move(*node_gpus);
     return choice;
   }
+  if (route.route != RunRoute::kPrivateBroker) return Result<BrokerChoice>::failure(route.message);
   choice.private_broker = std::make_unique<PrivateBroker>();
   if (auto s = choice.private_broker->start(); !s) return Result<BrokerChoice>::failure(s.error());
   choice.run_dir = choice.private_broker->run_dir();
@@ -61,6 +75,18 @@ Result<BrokerChoice> choose_broker(const std::string& run_dir) {
   if (!gpus) return Result<BrokerChoice>::failure("the private broker does not answer");
   choice.gpus = std::move(*gpus);
   return choice;
+}
+
+// The first quota flag given, for refusing it with --tenant (the tenant's quota is its
+// administrator's).
+std::optional<std::string> quota_flag_given(const QuotaFlags& q) {
+  if (!q.memory.empty()) return "--memory";
+  if (!q.memory_request.empty()) return "--memory-request";
+  if (!q.compute.empty()) return "--compute";
+  if (!q.compute_limit.empty()) return "--compute-limit";
+  if (!q.priority.empty()) return "--priority";
+  if (!q.gpus.empty()) return "--gpu";
+  return std::nullopt;
 }
 
 std::string no_gpu_message(const std::string& problem) {
@@ -97,6 +123,58 @@ void delete_tenant(const BrokerChoice& broker, const std::string& name) {
                  result.error().c_str());
 }
 
+// Why the tenant socket cannot be used, in the caller's terms, before connecting: no such
+// tenant, or a one-owner socket (0600) of another uid. A shared socket admits by uid at
+// accept, and the broker's refusal then says the same.
+std::optional<std::string> socket_problem(const std::string& socket, const std::string& tenant) {
+  struct stat st {};
+  if (::stat(socket.c_str(), &st) != 0 && errno == ENOENT) {
+    return "no tenant " + tenant + " here (" + socket +
+           " does not exist); an administrator creates it with: fracgpu tenant create " + tenant +
+           " --owner USER --memory SIZE";
+  }
+  if (::access(socket.c_str(), R_OK | W_OK) != 0 && errno == EACCES) {
+    const std::string uid = std::to_string(::getuid());
+    return "cannot join tenant " + tenant + ": uid " + uid +
+           " is not one of its owners; an administrator can add it with: fracgpu tenant update " +
+           tenant + " --owner " + uid;
+  }
+  return std::nullopt;
+}
+
+// `fracgpu run --tenant NAME`: the node's existing tenant, nothing created or deleted.
+int join_tenant_and_run(const RunRequest& request) {
+  if (!request.name.empty()) {
+    return fail(kExitUsage,
+                "--tenant joins an existing tenant and --name names a new one: give one of them");
+  }
+  if (auto flag = quota_flag_given(request.quota)) {
+    return fail(kExitUsage,
+                "--tenant joins an existing tenant, whose quota its administrator "
+                "sets: leave out " +
+                    *flag);
+  }
+  if (auto s = broker::validate_tenant_name(request.tenant); !s) return fail(kExitUsage, s.error());
+  auto shim = locate_shim();
+  if (!shim) return fail(kExitFailure, shim.error());
+  const RunRouteChoice route = choose_run_route(
+      {true, false, node_broker_uid(request.run_dir), ::getuid(), request.run_dir});
+  if (route.route != RunRoute::kJoinTenant) return fail(kExitFailure, route.message);
+  const std::string socket =
+      client::tenant_socket_path(request.run_dir, request.tenant, /*has_owners=*/true).string();
+  if (auto problem = socket_problem(socket, request.tenant)) return fail(kExitFailure, *problem);
+  auto membership = TenantMembership::join(socket, kRegisterTimeout);
+  if (!membership)
+    return fail(kExitFailure, "cannot join tenant " + request.tenant + ": " + membership.error());
+  std::map<std::string, std::string> env;
+  env["LD_PRELOAD"] = prepend_preload(*shim, std::getenv("LD_PRELOAD"));
+  env["FRACGPU_SOCKET"] = socket;
+  CommandResult result = run_command(request.command, env);
+  membership->leave();
+  if (!result.error.empty()) return fail(result.exit_status, result.error);
+  return result.exit_status;
+}
+
 }  // namespace
 
 Result<std::string> locate_shim() {
@@ -123,6 +201,7 @@ int run_tenant_command(const RunRequest& request) {
                 "missing the command to run (usage: fracgpu run [--memory SIZE] [options] -- CMD "
                 "[ARGS...])");
   }
+  if (!request.tenant.empty()) return join_tenant_and_run(request);
   const std::string name =
       request.name.empty() ? "run-" + std::to_string(::getpid()) : request.name;
   if (auto s = broker::validate_tenant_name(name); !s) return fail(kExitUsage, s.error());
@@ -138,12 +217,20 @@ int run_tenant_command(const RunRequest& request) {
   if (broker->gpus.empty()) return fail(kExitFailure, no_gpu_message(broker->gpu_problem));
   auto client = AdminClient::connect(broker->run_dir);
   if (!client) return fail(kExitFailure, client.error());
-  auto created =
-      client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  // Owned by the caller: only its uid (and root) may register in it.
+  const json owners = json::array({static_cast<uint32_t>(::getuid())});
+  auto created = client->call(
+      {{"op", "create"}, {"tenant", {{"name", name}, {"owners", owners}, {"devices", *devices}}}});
   if (!created) return fail(kExitFailure, created.error());
 
   const json& tenant = (*created)["tenant"];
+  auto membership = TenantMembership::join(tenant.value("socket", ""), kRegisterTimeout);
+  if (!membership) {
+    delete_tenant(*broker, name);
+    return fail(kExitFailure, "cannot register in tenant " + name + ": " + membership.error());
+  }
   CommandResult result = run_command(request.command, command_environment(*shim, tenant, request));
+  membership->leave();
   delete_tenant(*broker, name);
   if (!result.error.empty()) return fail(result.exit_status, result.error);
   return result.exit_status;

@@ -1,7 +1,11 @@
 // `fracgpu run`: run one command as a tenant. Validates every flag first, finds a
 // broker (the node's, if its admin socket answers and accepts us; otherwise a private
-// one that lives as long as the command), creates the tenant, runs the command with the
-// shim preloaded and pointed at the tenant's socket, and deletes the tenant afterwards.
+// one that lives as long as the command — never beside a node broker for a user other
+// than root or the broker's: cli/run_route.h), creates the tenant (owned by the caller's
+// uid), registers this process on the tenant's socket for as long as the command runs
+// (cli/tenant_membership.h), runs the command with the shim preloaded and pointed at the
+// tenant's socket, and deletes the tenant afterwards. With --tenant NAME it joins the
+// node's existing tenant NAME instead (no admin call, nothing created or deleted).
 #pragma once
 
 #include <string>
@@ -18,7 +22,8 @@ inline constexpr int kExitFailure = 125;
 
 struct RunRequest {
   QuotaFlags quota;
-  std::string name;  // empty: run-<pid>
+  std::string name;    // empty: run-<pid>
+  std::string tenant;  // --tenant: join this existing tenant of the node broker
   std::vector<std::string> command;
   std::string run_dir;
 };

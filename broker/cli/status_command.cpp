@@ -64,6 +64,8 @@ std::string count_of(const json& d, const char* key) {
 
 Result<json> fetch_list(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client && client::admin_access_denied(client.error()))
+    return Result<json>::failure(client.error());
   if (!client) {
     return Result<json>::failure("no fracgpu broker answers at " +
                                  client::admin_socket_path(run_dir).string() +
@@ -187,7 +189,32 @@ std::string format_status_table(const json& reply) {
                          text_of(d, "compute_state")});
     }
   }
-  return out + "\n" + render(memory) + "\n" + render(compute);
+  out += "\n" + render(memory) + "\n" + render(compute);
+  // The broker's audit and books check (issue 12): one warning line per tenant caught.
+  for (const auto& t : tenants) {
+    const json v = t.value("violations", json::object());
+    const uint64_t total = v.value("total", uint64_t{0});
+    if (total == 0) continue;
+    std::string kinds;
+    const json by_kind = v.value("by_kind", json::object());
+    for (const auto& [kind, n] : by_kind.items()) {
+      if (!n.is_number_unsigned() || n.get<uint64_t>() == 0) continue;
+      if (!kinds.empty()) kinds += ", ";
+      kinds += kind + " " + std::to_string(n.get<uint64_t>());
+    }
+    out += "\nwarning: tenant " + t.value("name", std::string("?")) + ": " + std::to_string(total) +
+           " violation(s) (" + kinds + ")";
+    const json recent = v.value("recent", json::array());
+    if (!recent.empty()) {
+      const json& last = recent.back();
+      out += "; latest: " + last.value("kind", std::string("?")) + ", pid " +
+             std::to_string(last.value("pid", 0)) + " on GPU " +
+             std::to_string(last.value("gpu", 0)) + ", " + last.value("action", std::string("?"));
+    }
+    if (v.value("flagged", false)) out += "; bursts refused";
+    out += "\n";
+  }
+  return out;
 }
 
 std::string format_tenant_table(const json& reply, const std::string& only_tenant) {

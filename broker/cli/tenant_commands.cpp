@@ -28,6 +28,8 @@ int fail(int code, const std::string& message) {
 
 Result<AdminClient> connect_node(const std::string& run_dir) {
   auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client && client::admin_access_denied(client.error()))
+    return Result<AdminClient>::failure(client.error());
   if (!client) {
     return Result<AdminClient>::failure("no fracgpu broker answers at " +
                                         client::admin_socket_path(run_dir).string() +
@@ -56,16 +58,20 @@ void print_tenant(const char* verb, const json& tenant) {
 
 }  // namespace
 
-int create_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+int create_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags,
+                  const std::vector<std::string>& owner_words) {
   if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
   auto gpus = resolve_gpus(flags.gpus);
   if (!gpus) return fail(2, gpus.error());
   auto devices = device_entries(flags, *gpus, /*partial=*/false);
   if (!devices) return fail(2, devices.error());
+  auto owners = resolve_owners(owner_words);
+  if (!owners) return fail(2, owners.error());
   auto client = connect_node(run_dir);
   if (!client) return fail(1, client.error());
-  auto reply =
-      client->call({{"op", "create"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  json tenant = {{"name", name}, {"devices", *devices}};
+  if (!owners->empty()) tenant["owners"] = *owners;
+  auto reply = client->call({{"op", "create"}, {"tenant", std::move(tenant)}});
   if (!reply) return fail(1, reply.error());
   print_tenant("created", (*reply)["tenant"]);
   return 0;
@@ -77,7 +83,8 @@ namespace {
 // without --gpu applied to every GPU the tenant has. Returns 0 and the reply's
 // TENANT_STATUS in *tenant, or the exit status after printing the error.
 int send_update(const std::string& run_dir, const std::string& name, const QuotaFlags& flags,
-                json* tenant, std::optional<AdminClient>* kept = nullptr) {
+                json* tenant, std::optional<AdminClient>* kept = nullptr,
+                const std::vector<std::string>& owner_words = {}) {
   if (auto s = broker::validate_tenant_name(name); !s) return fail(2, s.error());
   auto given = flags.gpus.empty() ? Result<std::vector<unsigned>>(std::vector<unsigned>{})
                                   : resolve_gpus(flags.gpus);
@@ -90,16 +97,23 @@ int send_update(const std::string& run_dir, const std::string& name, const Quota
   if (!check) return fail(2, check.error());
   const bool changes =
       std::any_of(check->begin(), check->end(), [](const json& d) { return d.size() > 1; });
-  if (!changes && flags.gpus.empty())
-    return fail(2, "nothing to update: give --memory, --compute ...");
+  auto owners = resolve_owners(owner_words);
+  if (!owners) return fail(2, owners.error());
+  if (!changes && flags.gpus.empty() && owners->empty())
+    return fail(2, "nothing to update: give --memory, --compute, --owner ...");
   auto client = connect_node(run_dir);
   if (!client) return fail(1, client.error());
-  auto gpus = given->empty() ? tenant_gpus(*client, name) : given;
-  if (!gpus) return fail(1, gpus.error());
-  auto devices = device_entries(flags, *gpus, /*partial=*/true);
-  if (!devices) return fail(2, devices.error());
-  auto reply =
-      client->call({{"op", "update"}, {"tenant", {{"name", name}, {"devices", *devices}}}});
+  json update = {{"name", name}};
+  if (!owners->empty()) update["owners"] = *owners;
+  // An update of the owners alone leaves the devices as they are.
+  if (changes || !flags.gpus.empty()) {
+    auto gpus = given->empty() ? tenant_gpus(*client, name) : given;
+    if (!gpus) return fail(1, gpus.error());
+    auto devices = device_entries(flags, *gpus, /*partial=*/true);
+    if (!devices) return fail(2, devices.error());
+    update["devices"] = std::move(*devices);
+  }
+  auto reply = client->call({{"op", "update"}, {"tenant", std::move(update)}});
   if (!reply) return fail(1, reply.error());
   *tenant = (*reply)["tenant"];
   if (kept != nullptr) kept->emplace(std::move(*client));
@@ -108,9 +122,11 @@ int send_update(const std::string& run_dir, const std::string& name, const Quota
 
 }  // namespace
 
-int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags) {
+int update_tenant(const std::string& run_dir, const std::string& name, const QuotaFlags& flags,
+                  const std::vector<std::string>& owner_words) {
   json tenant;
-  if (int code = send_update(run_dir, name, flags, &tenant); code != 0) return code;
+  if (int code = send_update(run_dir, name, flags, &tenant, nullptr, owner_words); code != 0)
+    return code;
   print_tenant("updated", tenant);
   return 0;
 }

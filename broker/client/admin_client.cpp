@@ -15,13 +15,24 @@ namespace fracgpu::client {
 namespace {
 
 constexpr std::size_t kMaxReplyBytes = 64u << 20;  // replies (lists) may exceed the request limit
+constexpr const char* kDeniedPrefix = "permission denied: ";
 
 }  // namespace
+
+bool admin_access_denied(const std::string& connect_error) {
+  return connect_error.rfind(kDeniedPrefix, 0) == 0;
+}
 
 Result<AdminClient> AdminClient::connect(const std::filesystem::path& run_dir,
                                          std::chrono::milliseconds timeout) {
   const auto path = admin_socket_path(run_dir);
   auto fd = broker::connect_unix(path, timeout);
+  if (!fd && fd.error().find(std::strerror(EACCES)) != std::string::npos) {
+    return Result<AdminClient>::failure(
+        std::string(kDeniedPrefix) + path.string() +
+        " is the fracgpu node's admin socket, which only root (or the broker's own user) may "
+        "use; run this command as root (e.g. with sudo)");
+  }
   if (!fd) return Result<AdminClient>::failure(fd.error());
   return AdminClient(*fd, path);
 }

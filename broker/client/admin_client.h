@@ -15,6 +15,11 @@ namespace fracgpu::client {
 using broker::Result;
 using broker::Status;
 
+// True when AdminClient::connect failed because the caller may not use the admin socket
+// (it is 0600, root's: the error then already says so, and a command should print it
+// rather than "no broker answers").
+bool admin_access_denied(const std::string& connect_error);
+
 class AdminClient {
  public:
   // Connects to <run_dir>/admin.sock.

@@ -1,5 +1,12 @@
-// Socket plumbing for unix_socket.h. The socket file gets its mode with chmod after
-// bind (bind honours the umask), since tenants of any uid must be able to connect.
+// Socket plumbing for unix_socket.h. bind() creates the socket file with the umask's
+// mode and the caller's uid, and chmod/chown can only follow; so the file is bound in a
+// fresh 0700 directory nobody else can enter, fixed there, and renamed over `path`
+// (rename is atomic and replaces a stale socket without a moment of no socket). A
+// fchmod of the descriptor before bind would fix the mode (Linux masks the sockfs
+// inode's mode with the umask at bind), but nothing before bind sets the file's owner,
+// and a chown after it would leave a moment with the broker's uid on a 0600 socket
+// (refusing the owner's connect) or with a looser mode. The directory costs two system
+// calls at broker start and tenant creation, nothing per connection.
 // Clients use socket timeouts so that a wedged broker cannot hang the CLI.
 #include "common/unix_socket.h"
 
@@ -11,6 +18,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace fracgpu::broker {
@@ -31,14 +39,33 @@ std::string errno_text(const std::string& what) {
   return what + ": " + std::strerror(errno);
 }
 
-// Removes an old socket file at `path`; refuses to touch anything that is not a socket.
-Status clear_stale_socket(const std::filesystem::path& path) {
+// Refuses to replace anything at `path` that is not a socket (a stale one is replaced).
+Status check_replaceable(const std::filesystem::path& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return {};
   if (!S_ISSOCK(st.st_mode)) return Status::failure(path.string() + " exists and is not a socket");
-  if (::unlink(path.c_str()) != 0)
-    return Status::failure(errno_text("cannot remove stale socket " + path.string()));
   return {};
+}
+
+Status apply_access(const std::filesystem::path& path, mode_t mode, std::optional<uid_t> owner) {
+  if (::chmod(path.c_str(), 0600) != 0)
+    return Status::failure(errno_text("chmod " + path.string()));
+  if (owner && ::lchown(path.c_str(), *owner, static_cast<gid_t>(-1)) != 0)
+    return Status::failure(
+        errno_text("cannot give " + path.string() + " to uid " + std::to_string(*owner)));
+  if (::chmod(path.c_str(), mode) != 0)
+    return Status::failure(errno_text("chmod " + path.string()));
+  return {};
+}
+
+// A private directory beside `path` to bind in, or "" when none can be made (or the
+// socket path inside it would not fit sun_path).
+std::string private_bind_dir(const std::filesystem::path& path) {
+  std::string pattern = (path.parent_path() / ".sXXXXXX").string();
+  if (pattern.size() + 2 >= sizeof(sockaddr_un{}.sun_path)) return "";
+  if (::mkdtemp(pattern.data()) == nullptr) return "";
+  ::chmod(pattern.c_str(), 0700);
+  return pattern;
 }
 
 }  // namespace
@@ -48,19 +75,48 @@ bool set_nonblocking(int fd) {
   return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
-Result<int> listen_unix(const std::filesystem::path& path, mode_t mode) {
+Result<int> listen_unix(const std::filesystem::path& path, mode_t mode,
+                        std::optional<uid_t> owner) {
   auto addr = make_address(path);
   if (!addr) return Result<int>::failure(addr.error());
-  if (auto s = clear_stale_socket(path); !s) return Result<int>::failure(s.error());
+  if (auto s = check_replaceable(path); !s) return Result<int>::failure(s.error());
+  const std::string dir = private_bind_dir(path);
+  if (dir.empty())
+    return Result<int>::failure(
+        errno_text("cannot make a private directory beside " + path.string()));
+  const std::filesystem::path staged = std::filesystem::path(dir) / "s";
+  auto staged_addr = make_address(staged);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Result<int>::failure(errno_text("socket"));
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_un)) != 0 ||
-      ::chmod(path.c_str(), mode) != 0 || ::listen(fd, 256) != 0) {
-    const std::string why = errno_text("cannot listen on " + path.string());
-    ::close(fd);
-    return Result<int>::failure(why);
+  Status status;
+  if (!staged_addr) {
+    status = Status::failure(staged_addr.error());
+  } else if (fd < 0) {
+    status = Status::failure(errno_text("socket"));
+  } else if (::bind(fd, reinterpret_cast<const sockaddr*>(&*staged_addr), sizeof(sockaddr_un)) !=
+             0) {
+    status = Status::failure(errno_text("cannot bind a socket for " + path.string()));
+  } else if (auto access = apply_access(staged, mode, owner); !access) {
+    status = access;
+  } else if (::listen(fd, 256) != 0) {
+    status = Status::failure(errno_text("cannot listen on " + path.string()));
+  } else if (::rename(staged.c_str(), path.c_str()) != 0) {
+    status = Status::failure(errno_text("cannot move the socket to " + path.string()));
+  }
+  ::unlink(staged.c_str());  // only still there when something failed
+  ::rmdir(dir.c_str());
+  if (!status) {
+    if (fd >= 0) ::close(fd);
+    return Result<int>::failure(status.error());
   }
   return fd;
+}
+
+Status set_socket_access(const std::filesystem::path& path, mode_t mode,
+                         std::optional<uid_t> owner) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode))
+    return Status::failure(path.string() + " is not a socket");
+  return apply_access(path, mode, owner);
 }
 
 Result<int> connect_unix(const std::filesystem::path& path, std::chrono::milliseconds timeout) {

@@ -1,8 +1,11 @@
-// Admin request dispatch: authorisation first, then op-specific validation, then the
-// backend. Mutations are logged with the uid and pid that asked for them.
+// Admin request dispatch: authorisation first (at accept time and again per request),
+// then op-specific validation, then the backend. Mutations are logged with the uid and
+// pid that asked for them.
 #include "core/admin_server.h"
 
 #include <spdlog/spdlog.h>
+
+#include "core/spare_descriptor.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -18,24 +21,42 @@ json ok_with(const char* key, json value) {
 AdminServer::AdminServer(EventLoop& loop, AdminBackend& backend, uid_t owner_uid)
     : backend_(backend),
       owner_uid_(owner_uid),
-      server_(loop, "admin", [this](Peer& p, const json& r) { return handle(p, r); }) {}
+      server_(
+          loop, "admin", [this](Peer& p, const json& r) { return handle(p, r); },
+          ConnectionLimits::admin_socket()) {
+  server_.set_peer_filter([this](const PeerCredentials& cred) { return refusal(cred); });
+}
 
 Status AdminServer::listen(const std::filesystem::path& path) {
-  return server_.listen(path, 0666);
+  return server_.listen(path, 0600);
+}
+
+std::optional<std::string> AdminServer::refusal(const PeerCredentials& cred) const {
+  if (cred.uid == 0 || cred.uid == owner_uid_) return std::nullopt;
+  return "permission denied: the fracgpu admin socket accepts only root or uid " +
+         std::to_string(owner_uid_) + " (you are uid " + std::to_string(cred.uid) + ")";
 }
 
 json AdminServer::handle(const Peer& peer, const json& request) {
-  if (peer.cred.uid != 0 && peer.cred.uid != owner_uid_) {
+  if (auto why = refusal(peer.cred)) {  // the accept-time filter already said so; belt and braces
     spdlog::warn("admin: refused a request from uid {} (pid {})", peer.cred.uid, peer.cred.pid);
-    return LineServer::error_reply(
-        "permission denied: the fracgpu admin socket accepts only root or uid " +
-        std::to_string(owner_uid_) + " (you are uid " + std::to_string(peer.cred.uid) + ")");
+    return LineServer::error_reply(*why);
   }
   auto op = request.find("op");
   if (op == request.end() || !op->is_string())
     return LineServer::error_reply("request needs a string \"op\"");
   const std::string name = op->get<std::string>();
-  json reply = dispatch(name, request);
+  // Lend the request a spare descriptor (spare_descriptor.h): at EMFILE, root's `delete`
+  // can still rewrite the state file, and the deleted tenant's descriptors free the rest.
+  struct LentSpare {
+    LentSpare() { spare_descriptor::release(); }
+    ~LentSpare() { spare_descriptor::ensure(); }
+  };
+  json reply;
+  {
+    LentSpare lent;
+    reply = dispatch(name, request);
+  }
   if (name == "create" || name == "update" || name == "delete") {
     spdlog::info("admin: {} by uid {} pid {}: {}", name, peer.cred.uid, peer.cred.pid,
                  reply.value("ok", false) ? "done" : reply.value("error", ""));

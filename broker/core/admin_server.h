@@ -1,13 +1,18 @@
-// The node's admin socket (<run-dir>/admin.sock). The socket file is world-connectable
-// (0666) so that `fracgpu status` can at least get a clear refusal, but every request
-// is authorised from SO_PEERCRED: only root or the broker's own effective uid may use
-// it. The operations themselves are delegated to an AdminBackend (the Broker).
+// The node's admin socket (<run-dir>/admin.sock): the control plane, root's only. The
+// socket file is 0600 and owned by the broker's effective uid, so other uids cannot even
+// connect (the CLI turns EACCES into a sentence); a peer that gets through anyway (a
+// different mode set by hand) is refused at accept time from SO_PEERCRED, before any of
+// its bytes are read, and every request is checked again. Only root or the broker's own
+// effective uid may use it, and they get room that floods cannot take
+// (ConnectionLimits::admin_socket: a reserve above the cap, the spare descriptor at
+// EMFILE). The operations themselves are delegated to an AdminBackend (the Broker).
 #pragma once
 
 #include <sys/types.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
@@ -37,6 +42,8 @@ class AdminServer {
   void shutdown(bool unlink) { server_.shutdown(unlink); }
 
   nlohmann::json handle(const Peer& peer, const nlohmann::json& request);
+  // The refusal for a peer that is neither root nor the broker's uid (nullopt: admitted).
+  std::optional<std::string> refusal(const PeerCredentials& cred) const;
 
  private:
   nlohmann::json dispatch(const std::string& op, const nlohmann::json& request);

@@ -1,7 +1,9 @@
 // Broker start-up, shutdown and the glue between its parts. Timers: one maintenance
-// tick every 100 ms retries pending reclaims (so memory of a dead process is back
-// well within a second even when its tenant's counters are busy), and every tenth
-// tick reclaims idle burst grants.
+// tick every 100 ms checks every tenant's quota and ledger against the broker's record
+// (books_check.h), retries pending reclaims (so memory of a dead process is back well
+// within a second even when its tenant's counters are busy), and every tenth tick
+// reclaims idle burst grants; the audit timer (--audit-interval, default 500 ms) compares
+// NVML's per-process usage with the books (audit_service.h).
 #include "core/broker.h"
 
 #include <fcntl.h>
@@ -93,6 +95,10 @@ Status Broker::start() {
       spdlog::error("tenant {}: {}", t->spec.name, s.error());
     adopt_processes(*t);
   }
+  audit_ =
+      std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
+  audit_->open();
+  audit_->note_grants();  // the grants as restored: the books check's starting record
   compute_ = std::make_unique<ComputeService>(loop_, options_.compute);
   if (auto s = compute_->start(); !s) return s;
   compute_->sync(*registry_);
@@ -101,11 +107,15 @@ Status Broker::start() {
       !s)
     return s;
   loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
+  if (audit_->nvml_available()) {
+    loop_.add_timer(std::chrono::milliseconds(audit_->interval_ms()),
+                    [this] { audit_->audit_tick(); });
+  }
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
   if (!options_.metrics_listen.empty()) {
     metrics_ = std::make_unique<MetricsServer>(
-        state_mutex_, [this] { return metrics_text(*registry_, compute_.get()); });
+        state_mutex_, [this] { return metrics_text(*registry_, compute_.get(), audit_.get()); });
     if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
   }
   return {};
@@ -113,7 +123,8 @@ Status Broker::start() {
 
 Status Broker::open_tenant_socket(Tenant& tenant) {
   auto server = std::make_unique<TenantSocketServer>(
-      loop_, TenantServices{*registry_, *tracker_, *reconciler_, arbiter_}, tenant.spec.name);
+      loop_, TenantServices{*registry_, *tracker_, *reconciler_, arbiter_, audit_.get()},
+      tenant.spec.name);
   if (auto s = server->listen(); !s) return s;
   tenant_servers_[tenant.spec.name] = std::move(server);
   return {};
@@ -148,15 +159,18 @@ void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid)
 }
 
 void Broker::maintenance_tick() {
+  audit_->books_tick();  // first: nothing below may act on an altered quota or ledger
   reconciler_->tick();
   compute_->poke();  // a safety net: every change also rings a doorbell
   if (++ticks_ % 10 == 0) {
     const auto members = registry_->arbiter_members();
     arbiter_.reclaim(members);
+    audit_->note_grants();
   }
 }
 
 Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) {
+  audit_->verify_grants();  // admission reads every tenant's grant
   auto tenant = registry_->create(tenant_json);
   if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
   if (auto s = open_tenant_socket(**tenant); !s) {
@@ -165,14 +179,17 @@ Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) 
     return Result<nlohmann::json>::failure(s.error());
   }
   compute_->sync(*registry_);
-  return tenant_status_json(**tenant, compute_.get());
+  audit_->note_grants();
+  return tenant_status_json(**tenant, compute_.get(), audit_.get());
 }
 
 Result<nlohmann::json> Broker::update_tenant(const nlohmann::json& tenant_json) {
+  audit_->verify_grants();  // publish keeps the old grant: it must be the broker's
   auto tenant = registry_->update(tenant_json);
   if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
   compute_->sync(*registry_);  // new weights, ceilings and classes apply at once
-  return tenant_status_json(**tenant, compute_.get());
+  audit_->note_grants();
+  return tenant_status_json(**tenant, compute_.get(), audit_.get());
 }
 
 Status Broker::delete_tenant(const std::string& name) {
@@ -184,18 +201,23 @@ Status Broker::delete_tenant(const std::string& name) {
   }
   tracker_->forget_tenant(name);
   reconciler_->forget(name);
+  audit_->forget(name);
   compute_->sync(*registry_);
   return {};
 }
 
 nlohmann::json Broker::list_tenants() {
   nlohmann::json list = nlohmann::json::array();
-  for (Tenant* t : registry_->all()) list.push_back(tenant_status_json(*t, compute_.get()));
+  for (Tenant* t : registry_->all())
+    list.push_back(tenant_status_json(*t, compute_.get(), audit_.get()));
   return list;
 }
 
 nlohmann::json Broker::list_gpus() {
-  return gpus_json(gpus_, options_.reserve_bytes);
+  nlohmann::json list = gpus_json(gpus_, options_.reserve_bytes);
+  for (std::size_t i = 0; i < list.size() && i < gpus_.gpus.size(); ++i)
+    if (audit_) list[i]["audit"] = audit_->gpu_json(gpus_.gpus[i]);
+  return list;
 }
 
 void Broker::notify_ready() {
@@ -214,6 +236,7 @@ void Broker::shutdown() {
   for (auto& [name, server] : tenant_servers_) server->shutdown(true);
   tenant_servers_.clear();
   compute_.reset();
+  audit_.reset();
   tracker_.reset();
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/admin_server.h"
+#include "core/audit_service.h"
 #include "core/broker_options.h"
 #include "core/compute_service.h"
 #include "core/event_loop.h"
@@ -62,6 +63,7 @@ class Broker : public AdminBackend {
   std::unique_ptr<AdminServer> admin_;
   std::map<std::string, std::unique_ptr<TenantSocketServer>, std::less<>> tenant_servers_;
   std::unique_ptr<ComputeService> compute_;
+  std::unique_ptr<AuditService> audit_;
   std::unique_ptr<MetricsServer> metrics_;
   int lock_fd_ = -1;
   unsigned ticks_ = 0;

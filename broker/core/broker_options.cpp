@@ -46,6 +46,20 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
       ->check(CLI::Range(10, 600000));
   app.add_flag("--no-burst-guard", o.no_burst_guard,
                "Do not hold lower classes back before a high-priority tenant's regular bursts");
+  app.add_option("--nvml", o.nvml,
+                 "NVML library the audit reads per-process GPU memory from (default "
+                 "libnvidia-ml.so.1; the audit is off, with one log line, where it cannot load)");
+  app.add_option("--audit-interval", o.audit_interval_ms,
+                 "Compare NVML's per-process GPU memory with the books every MS milliseconds "
+                 "(default 500; 0 = off)")
+      ->check(CLI::Range(0, 60000));
+  app.add_option("--audit-action", o.audit_action,
+                 "What to do with a process the audit catches: log (default) or kill (SIGKILL; "
+                 "only processes attributed to a tenant)")
+      ->check(CLI::IsMember({"log", "kill"}));
+  app.add_option("--audit-tolerance", o.audit_tolerance,
+                 "Real usage above the books the audit tolerates, at least (default 64MiB; "
+                 "2% of the limit where that is more)");
   app.add_option("--ready-fd", o.ready_fd,
                  "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
@@ -71,6 +85,13 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.compute.low_starvation_ns = int64_t{o.low_starvation_ms} * 1'000'000;
   o.compute.drain_timeout_ns = int64_t{o.drain_timeout_ms} * 1'000'000;
   o.compute.burst_guard = !o.no_burst_guard;
+  auto tolerance = parse_size_allow_zero(o.audit_tolerance, "--audit-tolerance");
+  if (!tolerance) return Status::failure(tolerance.error());
+  if (o.audit_action != "log" && o.audit_action != "kill")
+    return Status::failure("--audit-action must be log or kill");
+  o.audit =
+      AuditOptions{o.nvml, o.audit_interval_ms,
+                   o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog, *tolerance};
   if (!o.metrics_listen.empty()) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());

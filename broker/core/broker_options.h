@@ -10,6 +10,7 @@
 
 #include "common/result.h"
 #include "core/gpu_scheduler.h"
+#include "core/usage_audit.h"
 
 namespace CLI {
 class App;
@@ -33,11 +34,17 @@ struct BrokerOptions {
   int low_starvation_ms = 2000;
   int drain_timeout_ms = 1000;
   bool no_burst_guard = false;
+  // Audit backstop (issue 12): NVML usage against the books, and the books check.
+  std::string nvml = "libnvidia-ml.so.1";  // --nvml PATH
+  int audit_interval_ms = 500;             // 0 = no NVML audit (the books check stays on)
+  std::string audit_action = "log";        // log | kill
+  std::string audit_tolerance = "64MiB";   // SIZE, the floor of the tolerance
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;
   std::optional<uint64_t> footprint_bytes;
   ComputeConfig compute;
+  AuditOptions audit;
 };
 
 // Adds the broker flags to `app`. `with_run_dir` is false for `fracgpu broker`, whose

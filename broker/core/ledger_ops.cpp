@@ -40,14 +40,49 @@ uint32_t slot_bound(const TenantLedger& ledger) {
 
 using SeqSnapshot = std::array<uint64_t, kMaxProcesses>;
 
-// op_seq of every live slot below `bound` (0 for others); false if one is mid-operation.
-bool collect_sequences(const TenantLedger& ledger, uint32_t bound, SeqSnapshot& out) {
-  for (uint32_t i = 0; i < bound; ++i) {
-    const ProcessSlot& s = ledger.processes[i];
-    out[i] = state_of(s) == SlotState::kLive ? s.op_seq.load() : 0;
-    if (out[i] % 2 != 0) return false;
+// The counter against the sum of a set of slots from one consistent snapshot: the n
+// slots slot_at(0..n-1), each counted while counted(slot) holds (re-read at every
+// collect). Installs the sum by CAS when they differ.
+template <typename SlotAt, typename Counted>
+UsedCheck snapshot_check(TenantLedger& ledger, uint32_t device, int attempts, uint32_t n,
+                         SlotAt slot_at, Counted counted) {
+  std::atomic<uint64_t>& used = ledger.devices[device].used;
+  // op_seq of every counted slot (0 for others); false if one is mid-operation.
+  auto collect = [&](SeqSnapshot& out) {
+    for (uint32_t k = 0; k < n; ++k) {
+      const ProcessSlot& s = ledger.processes[slot_at(k)];
+      out[k] = counted(s) ? s.op_seq.load() : 0;
+      if (out[k] % 2 != 0) return false;
+    }
+    return true;
+  };
+  auto sum = [&] {
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < n; ++k) {
+      const ProcessSlot& s = ledger.processes[slot_at(k)];
+      if (counted(s)) total += s.used[device].load();
+    }
+    return total;
+  };
+  SeqSnapshot before, after;  // only the first n entries are ever written or read
+  for (int i = 0; i < attempts; ++i) {
+    // Sequences, counter, sum, sequences again. Identical even collects mean no live
+    // process was inside an operation anywhere between the end of the first collect and
+    // the start of the second, so the counter and every slot were constant there: the
+    // counter read in that window and the sum describe the same instant. A successful
+    // CAS then proves the counter's net change since is zero, so the sum is still right.
+    // (Reading the counter before the first collect is NOT safe: an allocation could
+    // land before the collect and a free of the same size after the second one, and the
+    // CAS would install a sum that counts the allocation but not the free.)
+    if (!collect(before)) continue;
+    uint64_t seen = used.load();
+    const uint64_t truth = sum();
+    if (!collect(after) || !std::equal(before.begin(), before.begin() + n, after.begin())) continue;
+    const uint64_t at_snapshot = seen;
+    if (seen == truth || used.compare_exchange_strong(seen, truth))
+      return {true, at_snapshot, truth};
   }
-  return true;
+  return {};
 }
 
 uint64_t sum_live(const TenantLedger& ledger, uint32_t device, uint32_t bound) {
@@ -126,29 +161,24 @@ uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
 }
 
 bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts) {
-  if (device >= kMaxDevices) return true;
-  std::atomic<uint64_t>& used = ledger.devices[device].used;
-  const uint32_t bound = slot_bound(ledger);
-  SeqSnapshot before{}, after{};
-  for (int i = 0; i < attempts; ++i) {
-    // Sequences, counter, sum, sequences again. Identical even collects mean no live
-    // process was inside an operation anywhere between the end of the first collect and
-    // the start of the second, so the counter and every slot were constant there: the
-    // counter read in that window and the sum describe the same instant. A successful
-    // CAS then proves the counter's net change since is zero, so the sum is still right.
-    // (Reading the counter before the first collect is NOT safe: an allocation could
-    // land before the collect and a free of the same size after the second one, and the
-    // CAS would install a sum that counts the allocation but not the free.)
-    if (!collect_sequences(ledger, bound, before)) continue;
-    uint64_t seen = used.load();
-    const uint64_t truth = sum_live(ledger, device, bound);
-    if (!collect_sequences(ledger, bound, after) ||
-        !std::equal(before.begin(), before.begin() + bound, after.begin())) {
-      continue;
-    }
-    if (seen == truth || used.compare_exchange_strong(seen, truth)) return true;
-  }
-  return false;
+  return device >= kMaxDevices || check_used(ledger, device, attempts).settled;
+}
+
+UsedCheck check_used(TenantLedger& ledger, uint32_t device, int attempts) {
+  if (device >= kMaxDevices) return {true, 0, 0};
+  return snapshot_check(
+      ledger, device, attempts, slot_bound(ledger), [](uint32_t k) { return k; },
+      [](const ProcessSlot& s) { return state_of(s) == SlotState::kLive; });
+}
+
+UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
+                        int attempts) {
+  if (device >= kMaxDevices) return {true, 0, 0};
+  for (uint32_t slot : slots)
+    if (slot >= kMaxProcesses) return {};
+  return snapshot_check(
+      ledger, device, attempts, static_cast<uint32_t>(slots.size()),
+      [&](uint32_t k) { return slots[k]; }, [](const ProcessSlot&) { return true; });
 }
 
 bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "fracgpu/tenant_segment.h"
 
@@ -41,6 +42,21 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts);
 // DeviceUsage.used := sum of live slots, installed by CAS only from a snapshot during
 // which no live slot was inside an operation and no slot's op_seq moved.
 bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts);
+
+// recompute_used that also says what it saw: `settled` false when no consistent snapshot
+// was found within `attempts` (nothing changed); else `seen` is the counter at the
+// snapshot and `truth` the live slots' sum, installed when they differed (the books
+// check, books_check.h, counts that as a corrupted ledger).
+struct UsedCheck {
+  bool settled = false;
+  uint64_t seen = 0;
+  uint64_t truth = 0;
+};
+UsedCheck check_used(TenantLedger& ledger, uint32_t device, int attempts);
+// The same over exactly `slots` (the broker's registered processes, whatever the slots'
+// states say): what the books check compares, touching only those slots' cache lines.
+UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
+                        int attempts);
 
 // The shim's fast path (fracgpu/ledger_protocol.h): reserve `bytes` on `device` for the
 // process in `slot` within its grant; false when refused.

@@ -2,6 +2,7 @@
 // Replies that the kernel does not take at once are buffered and flushed on EPOLLOUT;
 // a peer that lets more than kMaxPendingOutput pile up (it sends but never reads) is
 // dropped, so one misbehaving client cannot grow the broker's memory without bound.
+// Accepting, limits and the timer are in line_server_accept.cpp.
 #include "core/line_server.h"
 
 #include <spdlog/spdlog.h>
@@ -12,13 +13,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/spare_descriptor.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
 namespace {
 
 constexpr std::size_t kMaxPendingOutput = 4u << 20;
-constexpr std::size_t kMaxConnections = 4096;
 
 bool blank(const std::string& line) {
   return line.find_first_not_of(" \t\r") == std::string::npos;
@@ -26,8 +27,21 @@ bool blank(const std::string& line) {
 
 }  // namespace
 
-LineServer::LineServer(EventLoop& loop, std::string label, RequestHandler on_request)
-    : loop_(loop), label_(std::move(label)), on_request_(std::move(on_request)) {}
+LineServer::LineServer(EventLoop& loop, std::string label, RequestHandler on_request,
+                       ConnectionLimits limits)
+    : loop_(loop),
+      label_(std::move(label)),
+      on_request_(std::move(on_request)),
+      limits_(limits),
+      broker_euid_(::geteuid()),
+      admit_bucket_(limits.admit_rate, limits.admit_burst, LimitClock::now()),
+      refuse_bucket_(limits.refuse_rate, limits.refuse_burst, LimitClock::now()),
+      accept_backoff_(std::chrono::milliseconds(100), std::chrono::seconds(1)),
+      refusal_log_(std::chrono::seconds(1)),
+      accept_error_log_(std::chrono::seconds(10)),
+      idle_log_(std::chrono::seconds(10)) {
+  spare_descriptor::ensure();
+}
 
 LineServer::~LineServer() {
   shutdown(false);
@@ -37,8 +51,12 @@ nlohmann::json LineServer::error_reply(const std::string& sentence) {
   return {{"ok", false}, {"error", sentence}};
 }
 
-Status LineServer::listen(const std::filesystem::path& path, mode_t mode) {
-  auto fd = listen_unix(path, mode);
+Status LineServer::listen(const std::filesystem::path& path, mode_t mode,
+                          std::optional<uid_t> owner) {
+  // The timer first: at EMFILE it could not be created, and without it a paused
+  // listener would never resume.
+  if (!start_timer()) return Status::failure("cannot create a timer for " + path.string());
+  auto fd = listen_unix(path, mode, owner);
   if (!fd) return Status::failure(fd.error());
   listen_fd_ = *fd;
   path_ = path;
@@ -54,44 +72,12 @@ void LineServer::shutdown(bool unlink) {
   if (unlink && !path_.empty()) ::unlink(path_.c_str());
   listen_id_ = 0;
   listen_fd_ = -1;
-}
-
-void LineServer::accept_all() {
-  for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR)
-        spdlog::warn("{}: accept failed: {}", label_, std::strerror(errno));
-      return;
-    }
-    auto cred = peer_credentials(fd);
-    if (!cred || peers_.size() >= kMaxConnections) {
-      spdlog::warn("{}: refusing a connection ({})", label_,
-                   cred ? "too many connections" : "no peer credentials");
-      ::close(fd);
-      continue;
-    }
-    auto peer = std::make_unique<Peer>();
-    peer->id = next_peer_id_++;
-    peer->fd = fd;
-    peer->cred = *cred;
-    const uint64_t id = peer->id;
-    peer->loop_id =
-        loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, id](uint32_t ev) { handle_events(id, ev); });
-    if (peer->loop_id == 0) {
-      ::close(fd);
-      continue;
-    }
-    spdlog::debug("{}: connection from pid {} uid {}", label_, cred->pid, cred->uid);
-    Peer& admitted = *peers_.emplace(id, std::move(peer)).first->second;
-    if (peer_filter_) {
-      if (auto refusal = peer_filter_(admitted.cred)) {
-        spdlog::info("{}: refused pid {} uid {}: {}", label_, cred->pid, cred->uid, *refusal);
-        admitted.closing = true;
-        send(admitted, error_reply(*refusal));
-      }
-    }
-  }
+  paused_ = false;
+  if (timer_id_ != 0) loop_.remove(timer_id_);
+  if (timer_fd_ >= 0) ::close(timer_fd_);
+  timer_id_ = 0;
+  timer_fd_ = -1;
+  timer_at_.reset();
 }
 
 void LineServer::handle_events(uint64_t peer_id, uint32_t events) {
@@ -165,6 +151,7 @@ void LineServer::handle_line(Peer& peer, const std::string& line) {
                   e.what());
     reply = error_reply(std::string("internal broker error: ") + e.what());
   }
+  peer.active_at = LimitClock::now();
   send(peer, reply);
 }
 
@@ -227,9 +214,13 @@ void LineServer::disconnect(uint64_t peer_id) {
   if (it == peers_.end()) return;
   std::unique_ptr<Peer> peer = std::move(it->second);
   peers_.erase(it);
+  per_uid_.remove(peer->cred.uid);
   loop_.remove(peer->loop_id);
   ::close(peer->fd);
   if (peer->pending_fd >= 0) ::close(peer->pending_fd);
+  // A descriptor is free again: the spares come first, and a control-plane listener that
+  // stopped for want of one resumes at once rather than after its backoff.
+  if (spare_descriptor::ensure() && paused_ && limits_.use_spare_fd) resume_accepting();
 }
 
 }  // namespace fracgpu::broker

@@ -75,12 +75,21 @@ bool ProcessTracker::watch(const std::string& tenant, uint32_t slot, pid_t pid,
     ::close(fd);
     return false;
   }
-  watches_[key] = Watch{pid, fd, id};
+  watches_[key] = Watch{pid, start_time, fd, id};
   return true;
 }
 
 bool ProcessTracker::watching(const std::string& tenant, uint32_t slot) const {
   return watches_.count(Key{tenant, slot}) != 0;
+}
+
+std::vector<ProcessTracker::Watched> ProcessTracker::watches_of(const std::string& tenant) const {
+  std::vector<Watched> out;
+  for (auto it = watches_.lower_bound(Key{tenant, 0});
+       it != watches_.end() && it->first.first == tenant; ++it) {
+    out.push_back({it->first.second, it->second.pid, it->second.start_time});
+  }
+  return out;
 }
 
 void ProcessTracker::forget_tenant(const std::string& tenant) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/event_loop.h"
 
@@ -40,12 +41,21 @@ class ProcessTracker {
   // already gone (or is no longer the one started at `start_time`): the caller reclaims.
   bool watch(const std::string& tenant, uint32_t slot, pid_t pid, uint64_t start_time);
   bool watching(const std::string& tenant, uint32_t slot) const;
+  // The broker's own record of who registered where (the ledger's slot fields are
+  // tenant-writable; this is not): for the books check and the usage audit.
+  struct Watched {
+    uint32_t slot = 0;
+    pid_t pid = 0;
+    uint64_t start_time = 0;
+  };
+  std::vector<Watched> watches_of(const std::string& tenant) const;  // by slot, ascending
   void forget_tenant(const std::string& tenant);
   std::size_t size() const { return watches_.size(); }
 
  private:
   struct Watch {
     pid_t pid = 0;
+    uint64_t start_time = 0;
     int pidfd = -1;
     EventLoop::Id loop_id = 0;
   };

@@ -58,7 +58,8 @@ nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve) {
   return list;
 }
 
-nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute) {
+nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute,
+                                  const AuditService* audit) {
   nlohmann::json j = tenant_spec_to_json(tenant.spec);
   nlohmann::json devices = nlohmann::json::array();
   for (std::size_t i = 0; i < tenant.spec.devices.size() && i < kMaxDevices; ++i) {
@@ -77,6 +78,7 @@ nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute)
   j["socket"] = tenant.socket_path().string();
   j["run_dir"] = tenant.dir.string();
   j["processes"] = processes_json(tenant.ledger(), tenant.spec.devices.size());
+  if (audit != nullptr) j["violations"] = audit->tenant_json(tenant.spec.name);
   return j;
 }
 
@@ -106,7 +108,8 @@ static void compute_metrics(std::ostringstream& out, TenantRegistry& registry,
             << "\"} " << c->gpu_seconds << '\n';
 }
 
-std::string metrics_text(TenantRegistry& registry, const ComputeService* compute) {
+std::string metrics_text(TenantRegistry& registry, const ComputeService* compute,
+                         const AuditService* audit) {
   static constexpr Sample kSamples[] = {
       {"fracgpu_memory_limit_bytes", "Hard device-memory cap of the tenant on the GPU.", "gauge"},
       {"fracgpu_memory_request_bytes", "Guaranteed device memory of the tenant on the GPU.",
@@ -148,6 +151,7 @@ std::string metrics_text(TenantRegistry& registry, const ComputeService* compute
         << g.memory_total << '\n';
   }
   if (compute != nullptr) compute_metrics(out, registry, *compute);
+  if (audit != nullptr) audit->write_metrics(out, registry);
   return out.str();
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/audit_service.h"
 #include "core/compute_service.h"
 #include "core/gpu_inventory.h"
 #include "core/tenant_registry.h"
@@ -14,9 +15,13 @@ namespace fracgpu::broker {
 
 nlohmann::json gpu_json(const GpuInfo& gpu, uint64_t reserve);
 nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve);
-nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute = nullptr);
+// With `audit`: the tenant's "violations" (AuditService::tenant_json), and in the
+// metrics fracgpu_audit_violations_total.
+nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute = nullptr,
+                                  const AuditService* audit = nullptr);
 
 // Prometheus text format (version 0.0.4) for every tenant and GPU.
-std::string metrics_text(TenantRegistry& registry, const ComputeService* compute = nullptr);
+std::string metrics_text(TenantRegistry& registry, const ComputeService* compute = nullptr,
+                         const AuditService* audit = nullptr);
 
 }  // namespace fracgpu::broker

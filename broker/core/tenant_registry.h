@@ -1,15 +1,21 @@
 // The broker's tenants: their definitions, run directories and mapped segments, kept
 // consistent with tenants.json. Create/update/delete go through admission and are
 // persisted before they take effect; restore() brings back the persisted tenants
-// after a restart, re-opening (never resetting) their live ledgers. Sockets and
-// process watches are the Broker's business, not the registry's.
+// after a restart, re-opening (never resetting) their live ledgers. It also owns the
+// run directory's layout and modes (fracgpu/paths.h), and moves the files of the old
+// layout (every tenant under tenants/, the ledger beside the quota) into it. Sockets and
+// process watches are the Broker's business, not the registry's; the socket's mode and
+// owner are decided here (socket_access) because they follow the tenant's owners.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,13 +31,23 @@ namespace fracgpu::broker {
 
 struct Tenant {
   TenantSpec spec;
-  std::filesystem::path dir;  // <run-dir>/tenants/<name>
+  std::filesystem::path dir;          // <run-dir>/tenants/<name> (owners) or <run-dir>/pods/<name>
+  std::filesystem::path ledger_path;  // <run-dir>/ledgers/<name>
   std::unique_ptr<TenantSegments> segments;
 
   std::filesystem::path socket_path() const;
   TenantQuota& quota() { return segments->quota(); }
   TenantLedger& ledger() { return segments->ledger(); }
 };
+
+// The tenant socket's file mode and owner: its one owner's, 0600, where the broker can
+// give it away (root, or the owner is the broker's uid); else the broker's, 0666, and
+// the uid check at accept (TenantSocketServer) is what keeps other uids out.
+struct SocketAccess {
+  mode_t mode = 0;
+  uid_t owner = 0;  // always given, so that an update from one owner to several gives it back
+};
+SocketAccess socket_access(const TenantSpec& spec);
 
 struct RegistryConfig {
   std::filesystem::path run_dir;
@@ -43,7 +59,8 @@ class TenantRegistry {
  public:
   TenantRegistry(RegistryConfig config, const GpuInventory& gpus);
 
-  // Creates <run-dir>/tenants and the state directory.
+  // Creates the run directory's layout with its modes (and fixes those of an existing
+  // one), and the state directory.
   Status prepare();
   // Loads tenants.json and re-attaches every tenant's files; returns how many.
   std::size_t restore();
@@ -59,7 +76,10 @@ class TenantRegistry {
   const RegistryConfig& config() const { return config_; }
 
  private:
-  std::filesystem::path tenant_dir(std::string_view name) const;
+  std::filesystem::path tenant_dir(const TenantSpec& spec) const;
+  std::filesystem::path ledger_path(std::string_view name) const;
+  void move_old_layout_dir(const TenantSpec& spec) const;
+  void remove_files(const TenantSpec& spec) const;
   std::vector<const TenantSpec*> specs_except(std::string_view name) const;
   Status persist_with(const TenantSpec* replacement, const TenantSpec* added,
                       std::string_view removed) const;

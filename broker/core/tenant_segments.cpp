@@ -1,8 +1,10 @@
 // Creation, validation and in-place publication of the quota and ledger files. Files
-// are created with open(2) so that mode and ownership are exact regardless of the
-// umask (tenants of any uid map the ledger read-write, the quota read-only), and are
-// never replaced by rename: processes keep their existing mappings, so a new inode
-// would silently detach them from the broker.
+// are created with open(2) and then given their mode and owner through the descriptor,
+// so both are exact regardless of the umask or of who created a file found there (the
+// quota is readable by all, the ledger by the broker alone). Neither is ever replaced by
+// a new file: processes keep their existing mappings, so a new inode would silently
+// detach them from the broker; the old layout's ledger is moved with rename(2), which
+// keeps the inode.
 #include "core/tenant_segments.h"
 
 #include <fcntl.h>
@@ -15,13 +17,17 @@
 #include <cstring>
 
 #include "core/ledger_ops.h"
+#include "fracgpu/paths.h"
+#include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
 namespace {
 
 namespace bip = boost::interprocess;
 
-// Ensures the file exists, is a regular file of at least `size` bytes and has `mode`.
+// Ensures the file exists, is a regular file of at least `size` bytes, has `mode` and
+// belongs to the broker's uid (a file of another uid found there is taken over, or
+// refused when the broker may not chown).
 Status prepare_file(const std::filesystem::path& path, std::size_t size, mode_t mode) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) return Status::failure("cannot open " + path.string() + ": " + std::strerror(errno));
@@ -29,6 +35,9 @@ Status prepare_file(const std::filesystem::path& path, std::size_t size, mode_t 
   Status status;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     status = Status::failure(path.string() + " is not a regular file");
+  } else if (st.st_uid != ::geteuid() && ::fchown(fd, ::geteuid(), ::getegid()) != 0) {
+    status = Status::failure(path.string() + " belongs to uid " + std::to_string(st.st_uid) +
+                             " and cannot be taken over: " + std::strerror(errno));
   } else if (static_cast<std::size_t>(st.st_size) < size &&
              ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     status = Status::failure("cannot size " + path.string() + ": " + std::strerror(errno));
@@ -37,6 +46,38 @@ Status prepare_file(const std::filesystem::path& path, std::size_t size, mode_t 
   }
   ::close(fd);
   return status;
+}
+
+// The old layout kept the ledger beside the quota, world-writable. Moves it to
+// `ledger_path` (same inode: processes that map it stay counted) unless a ledger is
+// already there, in which case the old file is only a path into the books that a
+// tenant could still open, and goes. True when a file was moved.
+bool migrate_old_ledger(const std::filesystem::path& dir,
+                        const std::filesystem::path& ledger_path) {
+  const std::filesystem::path old = dir / protocol::kLedgerFileName;
+  struct stat st {};
+  if (::lstat(old.c_str(), &st) != 0) return false;
+  struct stat existing {};
+  const bool have_new = ::lstat(ledger_path.c_str(), &existing) == 0;
+  if (!have_new && S_ISREG(st.st_mode)) {
+    if (::rename(old.c_str(), ledger_path.c_str()) == 0) {
+      if (st.st_nlink > 1) {
+        spdlog::warn("the ledger moved from {} to {} has {} other name(s) on this file system",
+                     old.string(), ledger_path.string(), st.st_nlink - 1);
+      }
+      spdlog::info("moved the ledger {} to {} (the old layout's path is gone)", old.string(),
+                   ledger_path.string());
+      return true;
+    }
+    spdlog::error("cannot move the ledger {} to {}: {}", old.string(), ledger_path.string(),
+                  std::strerror(errno));
+  }
+  if (::unlink(old.c_str()) == 0) {
+    spdlog::warn("removed {}: the tenant's ledger is {}", old.string(), ledger_path.string());
+  } else {
+    spdlog::error("cannot remove {}: {}", old.string(), std::strerror(errno));
+  }
+  return false;
 }
 
 void initialize_quota(TenantQuota& q) {
@@ -82,13 +123,14 @@ void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d,
 
 }  // namespace
 
-Result<std::unique_ptr<TenantSegments>> TenantSegments::open(const std::filesystem::path& dir) {
+Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
+    const std::filesystem::path& dir, const std::filesystem::path& ledger_path) {
   using R = Result<std::unique_ptr<TenantSegments>>;
-  const auto quota_path = dir / "quota";
-  const auto ledger_path = dir / "ledger";
-  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), 0644); !s)
+  const auto quota_path = dir / protocol::kQuotaFileName;
+  const bool migrated = migrate_old_ledger(dir, ledger_path);
+  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), paths::kQuotaMode); !s)
     return R::failure(s.error());
-  if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), 0666); !s)
+  if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), paths::kLedgerMode); !s)
     return R::failure(s.error());
   std::unique_ptr<TenantSegments> seg(new TenantSegments());
   try {
@@ -99,14 +141,33 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(const std::filesyst
     seg->ledger_region_ =
         bip::mapped_region(seg->ledger_file_, bip::read_write, 0, sizeof(TenantLedger));
   } catch (const bip::interprocess_exception& e) {
-    return R::failure("cannot map the segments in " + dir.string() + ": " + e.what());
+    return R::failure("cannot map the segments of " + dir.string() + ": " + e.what());
   }
+  struct stat st {};  // the mapped file's identity, for ledger_descriptor()
+  if (::fstat(seg->ledger_file_.get_mapping_handle().handle, &st) != 0)
+    return R::failure("cannot stat " + ledger_path.string() + ": " + std::strerror(errno));
+  seg->ledger_path_ = ledger_path;
+  seg->ledger_dev_ = st.st_dev;
+  seg->ledger_ino_ = st.st_ino;
+  seg->ledger_migrated_ = migrated;
   seg->quota_ = static_cast<TenantQuota*>(seg->quota_region_.get_address());
   seg->ledger_ = static_cast<TenantLedger*>(seg->ledger_region_.get_address());
   seg->ledger_reused_ = ledger_layout_ok(*seg->ledger_, seg->ledger_region_.get_size());
   if (!quota_layout_ok(*seg->quota_, seg->quota_region_.get_size())) initialize_quota(*seg->quota_);
   if (!seg->ledger_reused_) ledger::initialize(*seg->ledger_);
   return R(std::move(seg));
+}
+
+int TenantSegments::ledger_descriptor(bool writable) const {
+  const int fd =
+      ::open(ledger_path_.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_dev != ledger_dev_ || st.st_ino != ledger_ino_) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {

@@ -1,8 +1,14 @@
 // A tenant's two shared-memory files (quota and ledger, see tenant_segment.h), created
-// or re-opened in the tenant's run directory and mapped read-write by the broker with
-// Boost.Interprocess. Re-opening never disturbs a valid ledger: after a broker restart
-// the tenant's processes still have it mapped and keep counting in it.
+// or re-opened and mapped read-write by the broker with Boost.Interprocess: the quota in
+// the tenant's directory (opened read-only by path by its processes), the ledger in
+// <run-dir>/ledgers/, which no tenant can reach by path (each registered process gets a
+// descriptor, ledger_descriptor()). Re-opening never disturbs a valid ledger: after a
+// broker restart the tenant's processes still have it mapped and keep counting in it,
+// and a ledger of the old layout (<dir>/ledger) is moved by rename, so it stays the same
+// file for the processes that map it.
 #pragma once
+
+#include <sys/types.h>
 
 #include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
@@ -19,14 +25,23 @@ namespace fracgpu::broker {
 
 class TenantSegments {
  public:
-  // Creates or re-opens <dir>/quota (mode 0644) and <dir>/ledger (mode 0666).
-  static Result<std::unique_ptr<TenantSegments>> open(const std::filesystem::path& dir);
+  // Creates or re-opens <dir>/quota (mode 0644) and `ledger_path` (mode 0600), both
+  // owned by the broker's uid; a <dir>/ledger left by the old layout becomes `ledger_path`
+  // (renamed) when there is none yet, and is removed otherwise.
+  static Result<std::unique_ptr<TenantSegments>> open(const std::filesystem::path& dir,
+                                                      const std::filesystem::path& ledger_path);
 
   TenantQuota& quota() { return *quota_; }
   TenantLedger& ledger() { return *ledger_; }
   const TenantQuota& quota() const { return *quota_; }
   const TenantLedger& ledger() const { return *ledger_; }
-  bool ledger_reused() const { return ledger_reused_; }  // a valid ledger file was found
+  bool ledger_reused() const { return ledger_reused_; }      // a valid ledger file was found
+  bool ledger_migrated() const { return ledger_migrated_; }  // it came from <dir>/ledger
+
+  // A new descriptor of this ledger file (close-on-exec; the caller owns it), read-write
+  // or read-only, for passing to a tenant process; -1 when the file at the ledger path
+  // is gone or is no longer the one mapped here.
+  int ledger_descriptor(bool writable) const;
 
   // Writes the spec into the quota in place and bumps its generation. Grants of GPUs
   // already present are kept (clamped into [request, limit], lowered race-safely);
@@ -40,6 +55,10 @@ class TenantSegments {
   TenantQuota* quota_ = nullptr;
   TenantLedger* ledger_ = nullptr;
   bool ledger_reused_ = false;
+  bool ledger_migrated_ = false;
+  std::filesystem::path ledger_path_;
+  dev_t ledger_dev_ = 0;
+  ino_t ledger_ino_ = 0;
 };
 
 }  // namespace fracgpu::broker

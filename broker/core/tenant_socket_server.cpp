@@ -1,11 +1,15 @@
 // Request handling on tenant sockets. Every field is validated before use and every
-// failure is a one-sentence error reply; the process's pid is never taken from the
-// request, only from the kernel (SO_PEERCRED), so one process cannot register — or
-// get reclaimed — in the name of another.
+// failure is a one-sentence error reply; the process's pid and uid are never taken from
+// the request, only from the kernel (SO_PEERCRED), so one process cannot register — or
+// get reclaimed — in the name of another, nor a uid join a tenant it does not own. The
+// ledger descriptor is opened per registration (one open(2), never on a hot path) so
+// each process holds its own open file, and none can be reached by path.
 #include "core/tenant_socket_server.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include "core/audit_service.h"
 #include "core/ledger_ops.h"
 #include "fracgpu/protocol.h"
 
@@ -35,7 +39,43 @@ Result<uint64_t> uint_field(const json& request, const char* key, uint64_t min, 
   return v;
 }
 
+// The "protocol" of a register or view: only 2 (the ledger by descriptor) is spoken.
+std::optional<std::string> protocol_problem(const json& request) {
+  auto it = request.find("protocol");
+  if (it == request.end())
+    return "missing \"protocol\" (this broker speaks protocol " +
+           std::to_string(protocol::kVersion) + ")";
+  if (!it->is_number_integer())
+    return "unsupported protocol: \"protocol\" must be an integer (this broker speaks " +
+           std::to_string(protocol::kVersion) + ")";
+  if (it->get<int64_t>() == 1) {
+    return "protocol 1 is no longer served: this broker passes the tenant's ledger as a "
+           "descriptor (protocol 2) and keeps it out of reach by path; install the "
+           "libfracgpu.so that came with this broker";
+  }
+  if (it->get<int64_t>() != protocol::kVersion)
+    return "unsupported protocol " + std::to_string(it->get<int64_t>()) + " (this broker speaks " +
+           std::to_string(protocol::kVersion) + ")";
+  return std::nullopt;
+}
+
+std::string uid_list(const std::vector<uint32_t>& uids) {
+  std::string out;
+  for (uint32_t uid : uids) out += (out.empty() ? "" : ", ") + std::to_string(uid);
+  return out;
+}
+
 }  // namespace
+
+std::optional<std::string> registration_refusal(const TenantSpec& spec, uid_t peer_uid,
+                                                uid_t broker_uid) {
+  if (peer_uid == 0 || peer_uid == broker_uid || !spec.has_owners() || spec.owned_by(peer_uid))
+    return std::nullopt;
+  return "permission denied: uid " + std::to_string(peer_uid) + " is not an owner of tenant '" +
+         spec.name + "' (its owners: uid " + uid_list(spec.owners) +
+         "); an administrator can add it with: fracgpu tenant update " + spec.name + " --owner " +
+         std::to_string(peer_uid);
+}
 
 TenantSocketServer::TenantSocketServer(EventLoop& loop, TenantServices services, std::string tenant)
     : services_(services),
@@ -45,7 +85,14 @@ TenantSocketServer::TenantSocketServer(EventLoop& loop, TenantServices services,
 Status TenantSocketServer::listen() {
   Tenant* t = services_.registry.find(tenant_);
   if (t == nullptr) return Status::failure("no tenant " + tenant_);
-  return server_.listen(t->socket_path(), 0666);
+  // Read at every accept: an update of the owners applies to the next connection.
+  server_.set_peer_filter([this](const PeerCredentials& cred) -> std::optional<std::string> {
+    const Tenant* tenant = services_.registry.find(tenant_);
+    if (tenant == nullptr) return "tenant '" + tenant_ + "' no longer exists";
+    return registration_refusal(tenant->spec, cred.uid, ::geteuid());
+  });
+  const SocketAccess access = socket_access(t->spec);
+  return server_.listen(t->socket_path(), access.mode, access.owner);
 }
 
 json TenantSocketServer::handle(Peer& peer, const json& request) {
@@ -57,18 +104,30 @@ json TenantSocketServer::handle(Peer& peer, const json& request) {
     return LineServer::error_reply("request needs a string \"op\"");
   const std::string name = op->get<std::string>();
   if (name == "register") return handle_register(peer, *tenant, request);
+  if (name == "view") return handle_view(peer, *tenant, request);
   if (name == "burst") return handle_burst(*tenant, request);
   return LineServer::error_reply("unknown op \"" + name.substr(0, 40) +
-                                 "\" (tenant sockets accept register, burst)");
+                                 "\" (tenant sockets accept register, view, burst)");
 }
 
 json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json& request) {
-  if (request.contains("protocol")) {
-    auto version = uint_field(request, "protocol", 1, 1);
-    if (!version)
-      return LineServer::error_reply("unsupported protocol: " + version.error() +
-                                     " (this broker speaks 1)");
+  if (auto problem = protocol_problem(request)) return LineServer::error_reply(*problem);
+  if (peer.pending_fd >= 0)
+    return LineServer::error_reply("a reply with a descriptor is still being sent");
+  // Opened before a slot is claimed: nothing to undo when it fails.
+  const int ledger_fd = tenant.segments->ledger_descriptor(/*writable=*/true);
+  if (ledger_fd < 0) {
+    spdlog::error("tenant {}: cannot open its ledger {} for a registration", tenant.spec.name,
+                  tenant.ledger_path.string());
+    return LineServer::error_reply("the broker cannot open the ledger of tenant '" +
+                                   tenant.spec.name + "'");
   }
+  struct FdGuard {
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } guard{ledger_fd};
   const pid_t pid = peer.cred.pid;
   const auto start = process_start_time(pid);
   if (pid <= 0 || !start) {
@@ -86,13 +145,33 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
     return LineServer::error_reply("process " + std::to_string(pid) + " exited while registering");
   }
   peer.slot = *slot;
-  spdlog::info("tenant {}: pid {} registered in slot {}", tenant.spec.name, pid, *slot);
+  peer.pending_fd = guard.fd;  // LineServer sends it with the reply and closes it
+  guard.fd = -1;
+  spdlog::info("tenant {}: pid {} (uid {}) registered in slot {}", tenant.spec.name, pid,
+               peer.cred.uid, *slot);
   json reply = ok_reply();
   reply["protocol"] = protocol::kVersion;
   reply["tenant"] = tenant.spec.name;
   reply["slot"] = *slot;
   reply["quota"] = protocol::kQuotaFileName;
-  reply["ledger"] = protocol::kLedgerFileName;
+  reply["ledger_fd"] = true;
+  return reply;
+}
+
+json TenantSocketServer::handle_view(Peer& peer, Tenant& tenant, const json& request) {
+  if (auto problem = protocol_problem(request)) return LineServer::error_reply(*problem);
+  if (peer.pending_fd >= 0)
+    return LineServer::error_reply("a reply with a descriptor is still being sent");
+  const int ledger_fd = tenant.segments->ledger_descriptor(/*writable=*/false);
+  if (ledger_fd < 0)
+    return LineServer::error_reply("the broker cannot open the ledger of tenant '" +
+                                   tenant.spec.name + "'");
+  peer.pending_fd = ledger_fd;
+  json reply = ok_reply();
+  reply["protocol"] = protocol::kVersion;
+  reply["tenant"] = tenant.spec.name;
+  reply["quota"] = protocol::kQuotaFileName;
+  reply["ledger_fd"] = true;
   return reply;
 }
 
@@ -103,9 +182,20 @@ json TenantSocketServer::handle_burst(Tenant& tenant, const json& request) {
   if (!bytes) return LineServer::error_reply(bytes.error());
   if (*device < tenant.quota().device_count)
     tenant.ledger().devices[*device].burst_requests.fetch_add(1);
+  std::string flagged;
+  if (services_.audit != nullptr) {
+    // The arbiter reads every tenant's grant: they must be the ones the broker wrote.
+    services_.audit->verify_grants();
+    if (services_.audit->burst_refused(tenant.spec.name, &flagged)) {
+      spdlog::info("tenant {}: burst of {} bytes on device {} refused: {}", tenant.spec.name,
+                   *bytes, *device, flagged);
+      return LineServer::error_reply(flagged);
+    }
+  }
   const auto members = services_.registry.arbiter_members();
   const ArbiterMember who{tenant.spec.name, &tenant.quota(), &tenant.ledger()};
   auto grant = services_.arbiter.burst(members, who, static_cast<uint32_t>(*device), *bytes);
+  if (services_.audit != nullptr) services_.audit->note_grants();  // the broker's new grants
   if (!grant) {
     spdlog::info("tenant {}: burst of {} bytes on device {} refused: {}", tenant.spec.name, *bytes,
                  *device, grant.error());

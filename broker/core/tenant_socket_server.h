@@ -1,10 +1,15 @@
-// The socket a tenant's processes talk to (<run-dir>/tenants/<name>/broker.sock).
-// Identity is the socket itself plus SO_PEERCRED's pid: "register" gives the calling
-// process a ledger slot (re-using its live slot after a broker restart) and starts
-// watching it; "burst" asks the MemoryArbiter for grant above the guaranteed request.
+// The socket a tenant's processes talk to (<run-dir>/tenants|pods/<name>/broker.sock).
+// Identity is the socket itself plus SO_PEERCRED: at accept only root, the broker's uid
+// and the tenant's owners are admitted (registration_refusal); "register" gives the
+// calling process a ledger slot (re-using its live slot after a broker restart), starts
+// watching it and passes it the ledger as a descriptor; "view" passes a read-only one;
+// "burst" asks the MemoryArbiter for grant above the guaranteed request.
 #pragma once
 
+#include <sys/types.h>
+
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/event_loop.h"
@@ -16,11 +21,20 @@
 
 namespace fracgpu::broker {
 
+// Why a peer of `peer_uid` may not talk to the tenant's socket, or nullopt when it may:
+// root and `broker_uid` always may; otherwise the tenant's owners, or anyone for a
+// tenant without owners (only its pod's mount reaches that socket).
+std::optional<std::string> registration_refusal(const TenantSpec& spec, uid_t peer_uid,
+                                                uid_t broker_uid);
+
+class AuditService;  // audit_service.h
+
 struct TenantServices {
   TenantRegistry& registry;
   ProcessTracker& tracker;
   LedgerReconciler& reconciler;
   MemoryArbiter& arbiter;
+  AuditService* audit = nullptr;  // books check: flagged tenants get no burst (handle_burst)
 };
 
 class TenantSocketServer {
@@ -35,6 +49,7 @@ class TenantSocketServer {
 
  private:
   nlohmann::json handle_register(Peer& peer, Tenant& tenant, const nlohmann::json& request);
+  nlohmann::json handle_view(Peer& peer, Tenant& tenant, const nlohmann::json& request);
   nlohmann::json handle_burst(Tenant& tenant, const nlohmann::json& request);
 
   TenantServices services_;

@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::set<std::string, std::less<>> kTenantKeys{"name", "devices"};
+const std::set<std::string, std::less<>> kTenantKeys{"name", "owners", "devices"};
 const std::set<std::string, std::less<>> kDeviceKeys{
     "gpu", "memory_limit", "memory_request", "compute", "compute_limit", "priority", "uuid"};
 
@@ -107,6 +107,34 @@ Result<uint32_t> read_gpu_index(const json& d, const std::string& where) {
   return static_cast<uint32_t>(*gpu);
 }
 
+// "owners": [uid, ...], distinct, at most kMaxOwners, each 0..kMaxOwnerUid.
+Result<std::vector<uint32_t>> read_owners(const json& value) {
+  using R = Result<std::vector<uint32_t>>;
+  if (!value.is_array())
+    return R::failure("tenant \"owners\" must be an array of numeric uids, e.g. [1000]");
+  if (value.size() > kMaxOwners) {
+    return R::failure("tenant \"owners\" lists " + std::to_string(value.size()) +
+                      " uids; at most " + std::to_string(kMaxOwners) + " are allowed");
+  }
+  std::vector<uint32_t> owners;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& uid = value[i];
+    const std::string where = "owners[" + std::to_string(i) + "]";
+    if (!uid.is_number_integer()) return R::failure(where + " must be a numeric uid");
+    if (!uid.is_number_unsigned() && uid.get<int64_t>() < 0)
+      return R::failure(where + " must not be negative");
+    const uint64_t v = uid.get<uint64_t>();
+    if (v > kMaxOwnerUid) {
+      return R::failure(where + " (" + std::to_string(v) + ") is not a uid (0 to " +
+                        std::to_string(kMaxOwnerUid) + ")");
+    }
+    if (std::find(owners.begin(), owners.end(), v) != owners.end())
+      return R::failure("uid " + std::to_string(v) + " is listed twice in \"owners\"");
+    owners.push_back(static_cast<uint32_t>(v));
+  }
+  return owners;
+}
+
 Result<std::string> read_name(const json& j) {
   auto it = j.find("name");
   if (it == j.end() || !it->is_string())
@@ -123,6 +151,10 @@ const DeviceSpec* TenantSpec::find_gpu(uint32_t gpu) const {
     if (d.gpu == gpu) return &d;
   }
   return nullptr;
+}
+
+bool TenantSpec::owned_by(uint32_t uid) const {
+  return std::find(owners.begin(), owners.end(), uid) != owners.end();
 }
 
 Status validate_tenant_name(std::string_view name) {
@@ -176,6 +208,11 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
   }
   TenantSpec spec;
   spec.name = *name;
+  if (auto it = j.find("owners"); it != j.end()) {
+    auto owners = read_owners(*it);
+    if (!owners) return Result<TenantSpec>::failure(owners.error());
+    spec.owners = std::move(*owners);
+  }
   for (std::size_t i = 0; i < devs->size(); ++i) {
     const std::string where = "devices[" + std::to_string(i) + "]";
     auto gpu = read_gpu_index((*devs)[i], where);
@@ -208,6 +245,23 @@ Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const json& j)
   if (auto s = check_keys(j, kTenantKeys, "tenant"); !s)
     return Result<TenantSpec>::failure(s.error());
   TenantSpec spec = current;
+  if (auto it = j.find("owners"); it != j.end()) {
+    auto owners = read_owners(*it);
+    if (!owners) return Result<TenantSpec>::failure(owners.error());
+    if (owners->empty() != current.owners.empty()) {
+      return Result<TenantSpec>::failure(
+          current.owners.empty()
+              ? "tenant '" + current.name +
+                    "' has no owners (a Kubernetes-style tenant, reachable only through its "
+                    "pod's mount) and cannot be given some; delete it and create it again with "
+                    "owners"
+              : "tenant '" + current.name +
+                    "' cannot lose all its owners (that would make it a Kubernetes-style "
+                    "tenant, kept in another directory); give at least one owner, or delete it "
+                    "and create it again without owners");
+    }
+    spec.owners = std::move(*owners);
+  }
   auto devs = j.find("devices");
   if (devs == j.end()) return spec;
   if (!devs->is_array() || devs->size() > kMaxDevices) {
@@ -251,7 +305,9 @@ nlohmann::json tenant_spec_to_json(const TenantSpec& spec) {
     if (!d.uuid.empty()) dj["uuid"] = d.uuid;
     devices.push_back(std::move(dj));
   }
-  return {{"name", spec.name}, {"devices", std::move(devices)}};
+  json out = {{"name", spec.name}, {"devices", std::move(devices)}};
+  out["owners"] = spec.owners;  // [] for a tenant without owners
+  return out;
 }
 
 }  // namespace fracgpu::broker

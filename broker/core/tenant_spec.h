@@ -34,11 +34,19 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
+inline constexpr std::size_t kMaxOwners = 64;
+inline constexpr uint64_t kMaxOwnerUid = 0xFFFFFFFEull;  // (uid_t)-1 means "no uid"
+
 struct TenantSpec {
   std::string name;
   std::vector<DeviceSpec> devices;  // order = TenantQuota.devices order
+  // The uids that may register in the tenant (root and the broker's uid always may).
+  // Empty: a Kubernetes tenant, reachable only through its pod's mount (paths.h).
+  std::vector<uint32_t> owners = {};
   bool operator==(const TenantSpec&) const = default;
   const DeviceSpec* find_gpu(uint32_t gpu) const;
+  bool has_owners() const { return !owners.empty(); }
+  bool owned_by(uint32_t uid) const;
 };
 
 // Empty when the name is valid ([a-z0-9][a-z0-9._-]{0,62}), else the reason.
@@ -48,7 +56,8 @@ const char* priority_name(PriorityClass p);
 Result<PriorityClass> parse_priority(std::string_view text);
 
 // TENANT JSON -> spec, for "create": name and devices[] (each with gpu and
-// memory_limit) are required; memory_request defaults to memory_limit. A memory_limit
+// memory_limit) are required; memory_request defaults to memory_limit; "owners" is an
+// optional array of at most kMaxOwners distinct uids (integers 0..kMaxOwnerUid). A memory_limit
 // of "available" (protocol::kAvailableMemory) gives kMemoryLimitAvailable and a
 // memory_request defaulting to 0.
 Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
@@ -56,10 +65,11 @@ Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
 // Applies a partial TENANT (for "update") to an existing spec: devices are matched by
 // "gpu"; given fields replace old ones; a GPU not yet in the spec is appended (and then
 // needs memory_limit). A memory_request not given keeps its old value, lowered to the
-// new limit when that is smaller.
+// new limit when that is smaller. "owners", when given, replaces the owners, but may not
+// empty them nor give an owner-less tenant some (its directory would have to move).
 Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const nlohmann::json& j);
 
-// spec -> TENANT JSON (also the persisted form; includes "uuid" per device).
+// spec -> TENANT JSON (also the persisted form; includes "owners" and "uuid" per device).
 nlohmann::json tenant_spec_to_json(const TenantSpec& spec);
 
 }  // namespace fracgpu::broker

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "nvml_types.h"
+#include "fracgpu/nvml_types.h"
 
 using namespace fracgpu::nvml;
 

@@ -4,13 +4,23 @@
 // A peer that sends a line that is not a JSON object, or an over-long line, gets one
 // error reply and is disconnected; the broker itself never exits over bad input.
 //
-// Tenant socket (<run_dir>/tenants/<name>/broker.sock; in a pod /run/fracgpu/broker.sock).
-// Identity is the socket; the process is SO_PEERCRED's pid — nothing the peer claims.
-//   {"op":"register","protocol":1}
-//     -> {"ok":true,"protocol":1,"tenant":"a","slot":12,"quota":"quota","ledger":"ledger"}
-//        (file names relative to the socket's directory; the broker filled the slot's
-//        pid/start_time/state before replying; the connection stays open for the life
-//        of the process — its hang-up or pidfd tells the broker the process is gone)
+// Tenant socket (<run_dir>/tenants|pods/<name>/broker.sock; in a pod /run/fracgpu/broker.sock).
+// Identity is the socket; the process is SO_PEERCRED's pid — nothing the peer claims. At
+// accept the broker admits only root, its own uid and the tenant's owners (any uid for a
+// tenant without owners, whose socket only its pod can reach); others get one error reply
+// naming their uid and the tenant, and are disconnected.
+//   {"op":"register","protocol":2}
+//     -> {"ok":true,"protocol":2,"tenant":"a","slot":12,"quota":"quota","ledger_fd":true}
+//        with the tenant's ledger as a read-write descriptor (SCM_RIGHTS, with the reply's
+//        first byte): the ledger has no path a tenant can reach. "quota" is a file name
+//        relative to the socket's directory, opened read-only by path. The broker filled
+//        the slot's pid/start_time/state before replying; the connection stays open for
+//        the life of the process — its hang-up or pidfd tells the broker the process is
+//        gone. A protocol-1 register (ledger by path) is refused with a sentence.
+//   {"op":"view","protocol":2}
+//     -> {"ok":true,"protocol":2,"tenant":"a","quota":"quota","ledger_fd":true} with a
+//        READ-ONLY ledger descriptor, and no slot: for processes that only report usage
+//        (nvidia-smi's NVML queries); the shim then closes the connection
 //   {"op":"burst","device":0,"bytes":1048576}   device = index into TenantQuota.devices
 //     -> {"ok":true,"grant":N}  grant raised so that used+bytes fits, or
 //        {"ok":false,"error":"..."} when the limit or other tenants' guarantees forbid it
@@ -21,13 +31,18 @@
 //   {"op":"delete","name":"a"}       -> {"ok":true}
 //   {"op":"list"}                    -> {"ok":true,"tenants":[TENANT_STATUS...],"gpus":[GPU...]}
 //   {"op":"gpus"}                    -> {"ok":true,"gpus":[GPU...]}
-//   TENANT = {"name":"a","devices":[{"gpu":0,"memory_limit":N,"memory_request":N,
+//   TENANT = {"name":"a","owners":[1000],"devices":[{"gpu":0,"memory_limit":N,"memory_request":N,
 //             "compute":30,"compute_limit":0,"priority":"normal"}]}
 //            In "create", "memory_limit":"available" asks for the GPU's capacity minus the
 //            other tenants' requests at that moment (refused when that is nothing), and
 //            the request then defaults to 0; the tenant is kept and reported with the number.
+//            "owners" (optional, at most 64 distinct uids): who may register; empty or absent
+//            = a Kubernetes tenant (any uid that can reach its socket, which only its pod's
+//            mount can). An update may change the owners but not turn an owned tenant into
+//            an owner-less one or back (the two live in different directories).
 //   GPU    = {"index":0,"uuid":"GPU-...","name":"...","memory_total":N}
-//   TENANT_STATUS = TENANT + {"socket":"/abs/path/broker.sock","run_dir":"/abs/path",
+//   TENANT_STATUS = TENANT + {"socket":"/abs/path/broker.sock","run_dir":"/abs/path" (the
+//             tenant's directory: what the device plugin mounts into the pod),
 //             "devices":[{..., "memory_used":N,"memory_peak":N,"memory_grant":N,
 //             "oom_events":N}], "processes":[{"pid":N,"slot":N,"memory_used":[N...]}]}
 #pragma once
@@ -36,10 +51,11 @@
 
 namespace fracgpu::protocol {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;  // 2: the ledger is passed as a descriptor
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
-// The tenant's segment files, as the register reply names them (paths.h has the rest
-// of the run directory's layout).
+// The tenant's quota file, as the register reply names it (paths.h has the rest of the
+// run directory's layout). kLedgerFileName is where protocol 1 kept the ledger, beside
+// the quota: the broker moves such a file into <run_dir>/ledgers/ when it finds one.
 inline constexpr const char* kQuotaFileName = "quota";
 inline constexpr const char* kLedgerFileName = "ledger";
 // TENANT's "memory_limit" in a create: the memory no other tenant is guaranteed.

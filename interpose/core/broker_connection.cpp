@@ -20,6 +20,7 @@ namespace fracgpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int kRefusalGraceMs = 200;
 
 int remaining_ms(Clock::time_point deadline) {
   auto left =
@@ -109,8 +110,15 @@ std::optional<std::string> BrokerConnection::request(const std::string& line, in
     *error = "not connected to the broker";
     return std::nullopt;
   }
-  auto reply = send_all(line + "\n", timeout_ms, error) ? read_line(timeout_ms, error, received_fd)
-                                                        : std::nullopt;
+  std::optional<std::string> reply;
+  if (send_all(line + "\n", timeout_ms, error)) {
+    reply = read_line(timeout_ms, error, received_fd);
+  } else {
+    // A broker that refuses a peer at accept writes its sentence and hangs up, and our send
+    // may meet the hang-up first (EPIPE): that sentence, not "Broken pipe", is the answer.
+    std::string unused;
+    reply = read_line(kRefusalGraceMs, &unused, received_fd);
+  }
   if (!reply) {  // a broken exchange leaves the stream unusable: start over next time
     if (received_fd != nullptr && *received_fd >= 0) ::close(*received_fd);
     if (received_fd != nullptr) *received_fd = -1;

@@ -8,25 +8,32 @@
 
 namespace fracgpu {
 
+void* map_segment_fd(int fd, bool writable, std::size_t* size, std::string* error) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    if (error != nullptr) *error = "the descriptor is not a non-empty regular file";
+    return nullptr;
+  }
+  void* address = ::mmap(nullptr, static_cast<std::size_t>(st.st_size),
+                         writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  if (address == MAP_FAILED) {
+    if (error != nullptr) *error = writable ? "cannot map it read-write" : "cannot map it";
+    return nullptr;
+  }
+  *size = static_cast<std::size_t>(st.st_size);
+  return address;
+}
+
 void* map_segment_file(const std::string& path, bool writable, std::size_t* size,
                        std::string* error) {
-  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     if (error != nullptr) *error = "cannot open " + path;
     return nullptr;
   }
-  struct stat st {};
-  void* address = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    *size = static_cast<std::size_t>(st.st_size);
-    address =
-        ::mmap(nullptr, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-  }
+  void* address = map_segment_fd(fd, writable, size);
   ::close(fd);
-  if (address == MAP_FAILED) {
-    if (error != nullptr) *error = "cannot map " + path;
-    return nullptr;
-  }
+  if (address == nullptr && error != nullptr) *error = "cannot map " + path;
   return address;
 }
 

@@ -1,6 +1,14 @@
-// Parsing of the FRACGPU_* environment (see shim_config.h).
+// Parsing of the FRACGPU_* environment and reading the node's facts (see shim_config.h).
+// Only calls the shim's glibc floor allows (interpose/glibc_floor.cpp): stat, not lstat
+// (inspect_path stats a path whose links realpath has already resolved).
 #include "core/shim_config.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,6 +67,80 @@ std::string expand_pid_pattern(const std::string& pattern, int pid) {
     }
   }
   return out;
+}
+
+namespace {
+
+constexpr std::size_t kMaxPreloadBytes = 64 * 1024;
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : std::string();
+}
+
+std::string read_small_file(const std::string& path) {
+  std::string contents;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return contents;
+  char chunk[4096];
+  while (contents.size() < kMaxPreloadBytes) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    contents.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return contents;
+}
+
+}  // namespace
+
+bool preload_names(const std::string& preload_contents, const std::string& self_real_path) {
+  if (self_real_path.empty()) return false;
+  static constexpr const char* kSeparators = " \t\r\n:";
+  std::size_t at = preload_contents.find_first_not_of(kSeparators);
+  while (at != std::string::npos) {
+    const std::size_t end = preload_contents.find_first_of(kSeparators, at);
+    const std::string name = preload_contents.substr(at, end == std::string::npos ? end : end - at);
+    if (real_path(name) == self_real_path) return true;
+    at = preload_contents.find_first_not_of(kSeparators, end);
+  }
+  return false;
+}
+
+NodeFacts read_node_facts(const NodePaths& paths, const std::string& self_path) {
+  NodeFacts facts;
+  struct stat st {};
+  facts.pod_socket = ::stat(paths.default_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  const std::string lock = paths.run_dir + "/broker.lock";
+  if (::stat(lock.c_str(), &st) == 0 && S_ISREG(st.st_mode)) facts.node_broker_uid = st.st_uid;
+  if (!self_path.empty() && ::access(paths.preload_file.c_str(), F_OK) == 0)
+    facts.preloaded_by_node =
+        preload_names(read_small_file(paths.preload_file), real_path(self_path));
+  return facts;
+}
+
+bool inspect_path(const std::string& path, std::string* canonical, std::vector<PathEntry>* entries,
+                  std::string* error) {
+  entries->clear();
+  *canonical = real_path(path);
+  if (canonical->empty() || (*canonical)[0] != '/') {
+    *error = "cannot resolve " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::size_t end = 0;
+  for (;;) {
+    const std::string prefix = end == 0 ? std::string("/") : canonical->substr(0, end);
+    struct stat st {};
+    if (::stat(prefix.c_str(), &st) != 0) {
+      *error = "cannot examine " + prefix + ": " + std::strerror(errno);
+      return false;
+    }
+    entries->push_back({prefix, st.st_uid, st.st_mode});
+    if (end == canonical->size() || *canonical == "/") return true;
+    end = canonical->find('/', end + 1);
+    if (end == std::string::npos) end = canonical->size();
+  }
 }
 
 }  // namespace fracgpu

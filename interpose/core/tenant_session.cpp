@@ -1,9 +1,14 @@
 // Registration with the broker and mapping of the tenant's segment files (see
 // tenant_session.h; the mappings themselves: core/file_mapping.h). Runs at the first CUDA
-// call, after fork and on a burst request; never on the allocation fast path.
+// call, after fork and on a burst request; never on the allocation fast path. The
+// ledger descriptor the broker passes is closed as soon as it is mapped, or at once when
+// the process maps the ledger already (a forked child, a re-registration after a broker
+// restart): the mapping is all the shim needs.
 #include "core/tenant_session.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/file_mapping.h"
 #include "core/wire_json.h"
@@ -19,6 +24,14 @@ bool plain_file_name(const std::string& name) {
   return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
 }
 
+// Closes the broker's descriptor on every way out of a registration.
+struct ReceivedFd {
+  int fd = -1;
+  ~ReceivedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 }  // namespace
 
 TenantSession::~TenantSession() {
@@ -33,7 +46,9 @@ bool TenantSession::attach(const std::string& socket_path, int timeout_ms, std::
 }
 
 bool TenantSession::register_process(int timeout_ms, std::string* error) {
-  auto reply = connection_.request(R"({"op":"register","protocol":1})", timeout_ms, error);
+  ReceivedFd ledger_fd;
+  auto reply =
+      connection_.request(R"({"op":"register","protocol":2})", timeout_ms, error, &ledger_fd.fd);
   if (!reply) return false;
   if (wire::bool_field(*reply, "ok") != true) {
     *error = "broker refused registration: " + wire::string_field(*reply, "error").value_or(*reply);
@@ -42,19 +57,27 @@ bool TenantSession::register_process(int timeout_ms, std::string* error) {
   auto slot = wire::int_field(*reply, "slot");
   auto tenant = wire::string_field(*reply, "tenant");
   auto quota = wire::string_field(*reply, "quota");
-  auto ledger = wire::string_field(*reply, "ledger");
   if (!slot || *slot < 0 || static_cast<std::size_t>(*slot) >= kMaxProcesses || !tenant || !quota ||
-      !ledger || !plain_file_name(*quota) || !plain_file_name(*ledger)) {
+      !plain_file_name(*quota) || wire::bool_field(*reply, "ledger_fd") != true) {
     *error = "malformed registration reply from broker: " + *reply;
     return false;
   }
-  if (attached() && forked_) {  // a forked child: same files, a slot of its own
+  if (ledger_fd.fd < 0) {
+    *error = "the broker's registration reply came without the ledger descriptor: " + *reply;
+    return false;
+  }
+  if (attached() && !same_ledger(ledger_fd.fd)) {
+    *error = "the broker now keeps tenant '" + tenant_ +
+             "' in another ledger file than the one this process counts in";
+    return false;
+  }
+  if (attached() && forked_) {  // a forked child: same mapping, a slot of its own
     slot_ = static_cast<uint32_t>(*slot);
     ledger_ = MemoryLedger(quota_, ledger_map_, slot_);
     forked_ = false;
     return true;
   }
-  if (attached()) {  // re-registration after a broker restart: same files, same slot
+  if (attached()) {  // re-registration after a broker restart: same mapping, same slot
     if (static_cast<uint32_t>(*slot) != slot_) {
       *error = "broker moved this process to another slot after restarting";
       return false;
@@ -63,20 +86,31 @@ bool TenantSession::register_process(int timeout_ms, std::string* error) {
   }
   tenant_ = *tenant;
   slot_ = static_cast<uint32_t>(*slot);
-  return map_files(*quota, *ledger, error);
+  return map_files(*quota, ledger_fd.fd, error);
 }
 
-bool TenantSession::map_files(const std::string& quota_name, const std::string& ledger_name,
-                              std::string* error) {
+bool TenantSession::same_ledger(int ledger_fd) const {
+  struct stat st {};
+  return ::fstat(ledger_fd, &st) == 0 && static_cast<uint64_t>(st.st_dev) == ledger_dev_ &&
+         static_cast<uint64_t>(st.st_ino) == ledger_ino_;
+}
+
+bool TenantSession::map_files(const std::string& quota_name, int ledger_fd, std::string* error) {
   void* quota = map_segment_file(directory_ + "/" + quota_name, false, &quota_size_, error);
   if (quota == nullptr) return false;
   quota_ = static_cast<const TenantQuota*>(quota);
-  void* ledger = map_segment_file(directory_ + "/" + ledger_name, true, &ledger_size_, error);
-  if (ledger == nullptr) {
+  std::string why;
+  void* ledger = map_segment_fd(ledger_fd, true, &ledger_size_, &why);
+  struct stat st {};
+  if (ledger == nullptr || ::fstat(ledger_fd, &st) != 0) {
+    *error = "cannot map the ledger descriptor the broker passed: " + why;
+    if (ledger != nullptr) ::munmap(ledger, ledger_size_);
     unmap();
     return false;
   }
   ledger_map_ = static_cast<TenantLedger*>(ledger);
+  ledger_dev_ = static_cast<uint64_t>(st.st_dev);
+  ledger_ino_ = static_cast<uint64_t>(st.st_ino);
   if (!quota_layout_ok(*quota_, quota_size_) || !ledger_layout_ok(*ledger_map_, ledger_size_)) {
     *error = "tenant segment has an unknown layout (magic/version mismatch with this shim)";
     unmap();

@@ -1,9 +1,11 @@
 // TenantSession: this process's membership of a tenant. attach() registers with the
 // broker over the tenant socket (which is what identifies the tenant), then maps the
-// tenant's quota read-only and its ledger read-write. From then on allocations are
-// counted in shared memory; the broker is only asked for burst memory beyond the
-// grant. If the broker goes away, the mapped counters keep enforcing the caps; the
-// session reconnects and re-registers (keeping its slot) on the next burst request.
+// tenant's quota read-only by path and its ledger read-write from the descriptor the
+// broker passed with the reply (protocol 2: the ledger has no path a tenant can reach).
+// From then on allocations are counted in shared memory; the broker is only asked for
+// burst memory beyond the grant. If the broker goes away, the mapped counters keep
+// enforcing the caps; the session reconnects and re-registers (keeping its slot and its
+// mapping) on the next burst request.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,9 @@ class TenantSession : public TenantLink {
 
  private:
   bool register_process(int timeout_ms, std::string* error);
-  bool map_files(const std::string& quota_name, const std::string& ledger_name, std::string* error);
+  bool map_files(const std::string& quota_name, int ledger_fd, std::string* error);
+  // A re-registration's descriptor must be the file this process already counts in.
+  bool same_ledger(int ledger_fd) const;
   void unmap();
 
   std::string socket_path_;
@@ -61,6 +65,7 @@ class TenantSession : public TenantLink {
   std::size_t quota_size_ = 0;
   TenantLedger* ledger_map_ = nullptr;
   std::size_t ledger_size_ = 0;
+  uint64_t ledger_dev_ = 0, ledger_ino_ = 0;
   MemoryLedger ledger_;
 };
 

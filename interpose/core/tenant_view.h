@@ -1,7 +1,8 @@
 // TenantView: a read-only look at a tenant's quota and usage, for processes that report
 // memory but never allocate it (nvidia-smi, monitoring libraries calling NVML). It maps
-// the tenant's files without registering with the broker, so looking costs the broker
-// nothing and leaves no process slot behind.
+// the quota by path and asks the broker once ("view") for a read-only descriptor of the
+// ledger, which has no path a tenant can reach; it never registers, so looking leaves
+// no process slot behind, and the connection is closed right after.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ struct DeviceMemoryView {
 
 class TenantView {
  public:
-  // The view of the tenant whose socket is `socket_path` (files beside it), or null.
+  // The view of the tenant whose socket is `socket_path` (the quota beside it), or null
+  // when there is no such tenant or its broker does not answer within about a second.
   static TenantView* open(const std::string& socket_path);
 
   // Limit and tenant-wide usage of the GPU with this UUID ("GPU-…"), if the tenant has it.

@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
-#include "client/run_paths.h"
 #include "device_plugin/slice_ids.h"
 #include "fracgpu/paths.h"
 
@@ -103,9 +103,30 @@ std::vector<std::string> stale_holders(const nlohmann::json& tenants, const Allo
 
 }  // namespace
 
-Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
+Result<std::string> tenant_dir_from_reply(const nlohmann::json& reply, const std::string& tenant) {
+  using R = Result<std::string>;
+  const nlohmann::json* status = reply.is_object() ? &reply : nullptr;
+  if (status != nullptr && status->contains("tenant")) status = &(*status)["tenant"];
+  if (status == nullptr || !status->is_object() || !status->contains("run_dir") ||
+      !(*status)["run_dir"].is_string()) {
+    return R::failure("the fracgpu broker's reply for tenant " + tenant +
+                      " does not say where its directory is");
+  }
+  const std::filesystem::path dir((*status)["run_dir"].get<std::string>());
+  bool clean = dir.is_absolute();
+  for (const auto& part : dir.relative_path()) clean = clean && part != "." && part != "..";
+  if (!clean || dir.filename() != tenant) {
+    return R::failure("the fracgpu broker reported \"" + dir.string() +
+                      "\" as the directory of tenant " + tenant +
+                      ", which is not an absolute path ending in the tenant's name");
+  }
+  return dir.string();
+}
+
+Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
+  using R = Result<std::string>;
   auto listed = broker.call({{"op", "list"}});
-  if (!listed) return Status::failure(listed.error());
+  if (!listed) return R::failure(listed.error());
   const nlohmann::json& tenants = (*listed)["tenants"];
   bool exists = false;
   if (tenants.is_array()) {
@@ -115,7 +136,7 @@ Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
   const nlohmann::json tenant = tenant_definition(plan);
   if (!exists) {
     auto created = broker.call({{"op", "create"}, {"tenant", tenant}});
-    if (created) return {};
+    if (created) return tenant_dir_from_reply(*created, plan.tenant);
     // Refused: most likely the GPU's guarantees are taken by tenants of containers that
     // have gone. Those are removed only now, so that a pod whose init container and app
     // container hold overlapping slices keeps both tenants while they fit.
@@ -128,24 +149,25 @@ Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
     }
     if (!stale.empty()) {
       created = broker.call({{"op", "create"}, {"tenant", tenant}});
-      if (created) return {};
+      if (created) return tenant_dir_from_reply(*created, plan.tenant);
     }
     // Another Allocate may have created it meanwhile; otherwise the refusal stands.
     auto names = broker.tenant_names();
     if (!names || std::find(names->begin(), names->end(), plan.tenant) == names->end()) {
-      return Status::failure("the fracgpu broker refused tenant " + plan.tenant + ": " +
-                             created.error());
+      return R::failure("the fracgpu broker refused tenant " + plan.tenant + ": " +
+                        created.error());
     }
   }
   auto updated = broker.call({{"op", "update"}, {"tenant", tenant}});
   if (!updated) {
-    return Status::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " +
-                           updated.error());
+    return R::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " +
+                      updated.error());
   }
-  return {};
+  return tenant_dir_from_reply(*updated, plan.tenant);
 }
 
-void fill_container_response(const AllocationPlan& plan, const PluginConfig& config,
+void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
+                             const PluginConfig& config,
                              v1beta1::ContainerAllocateResponse& response) {
   auto add_mount = [&](const std::string& host, const std::string& container, bool read_only) {
     auto* mount = response.add_mounts();
@@ -155,9 +177,10 @@ void fill_container_response(const AllocationPlan& plan, const PluginConfig& con
   };
   add_mount(config.shim_host_path, kContainerShimPath, true);
   add_mount(config.preload_host_path, kContainerPreloadPath, true);
-  // Read-write: the tenant's processes map the ledger read-write and connect to the socket.
-  add_mount(client::tenant_dir(config.broker_run_dir, plan.tenant).string(), kContainerRunDir,
-            false);
+  // Read-only: connect(2) to a socket needs no write access to the mount, the quota is
+  // only read, and the ledger comes as a descriptor; a root process in the container
+  // then gets EROFS for any write there.
+  add_mount(tenant_dir, kContainerRunDir, true);
 
   auto& envs = *response.mutable_envs();
   envs["NVIDIA_VISIBLE_DEVICES"] = plan.gpu.uuid;

@@ -1,7 +1,11 @@
 // Allocate's work for one container: from the slice IDs the kubelet chose to a broker
 // tenant with the matching quota (k of N slices of GPU g ⇒ k/N of g's memory, as a
 // guaranteed request, and 100·k/N percent compute share), and the response that makes
-// the container use it (the shim's mounts, the tenant's run directory, the GPU).
+// the container use it (the shim's mounts, the tenant's run directory, the GPU). The
+// tenant's directory is the one the broker reports, mounted READ-ONLY: the container
+// connects to the socket and reads the quota there, and has nothing to write (its
+// ledger comes as a descriptor over the socket), so even root in it cannot change its
+// quota.
 #pragma once
 
 #include <cstdint>
@@ -36,16 +40,23 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
 // The tenant's definition in the broker's admin protocol.
 nlohmann::json tenant_definition(const AllocationPlan& plan);
 
-// Creates the tenant, or updates it when it already exists (a restarted container).
+// Creates the tenant, or updates it when it already exists (a restarted container), and
+// returns the tenant's directory as the broker reports it (TENANT_STATUS "run_dir").
 // When the broker refuses a new tenant, the plugin's tenants (of any class: a changed
 // high-slices moves indices between classes) that still hold any of these slices and have no
 // running process are deleted and the creation is tried once more: the kubelet hands a slice to one
 // container at a time, so such a tenant belongs to a container that has gone, and its guaranteed
 // memory would block the new one.
-Status ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);
+Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);
 
-// Fills the kubelet's response: mounts, environment and annotations.
-void fill_container_response(const AllocationPlan& plan, const PluginConfig& config,
+// The tenant directory in a create/update reply, checked: an absolute path without "."
+// or ".." components whose last component is the tenant's name.
+Result<std::string> tenant_dir_from_reply(const nlohmann::json& reply, const std::string& tenant);
+
+// Fills the kubelet's response: mounts (the tenant's directory `tenant_dir` read-only at
+// kContainerRunDir), environment and annotations.
+void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
+                             const PluginConfig& config,
                              v1beta1::ContainerAllocateResponse& response);
 
 }  // namespace fracgpu::k8s

@@ -93,13 +93,14 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
                    joined(container.devices_ids()), plan.error());
       return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
     }
-    if (auto ensured = ensure_tenant(broker_, *plan); !ensured) {
+    auto ensured = ensure_tenant(broker_, *plan);  // the tenant's directory
+    if (!ensured) {
       spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, ensured.error());
       const bool unreachable = ensured.error().find("cannot be reached") != std::string::npos;
       return {unreachable ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::FAILED_PRECONDITION,
               "fracgpu: " + ensured.error()};
     }
-    fill_container_response(*plan, config_, *response->add_container_responses());
+    fill_container_response(*plan, *ensured, config_, *response->add_container_responses());
     spdlog::info(
         "Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, "
         "compute {}, "

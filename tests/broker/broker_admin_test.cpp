@@ -2,9 +2,14 @@
 // the files it lays out, admission refusals, authorisation by SO_PEERCRED uid, and
 // persistence across a SIGKILL.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <functional>
 
 #include "broker_harness.h"
 
@@ -51,15 +56,23 @@ TEST_F(AdminTest, CreateListDelete) {
   EXPECT_EQ(t["devices"][0]["memory_grant"], kGiB);
   EXPECT_EQ(t["devices"][0]["priority"], "high");
 
+  EXPECT_EQ(t["run_dir"], broker.tenant_dir("a").string());  // no owners: under pods/
+  EXPECT_EQ(t["owners"], json::array());
+
   struct stat st {};
+  ASSERT_EQ(::stat((broker.run_dir() / "pods").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
   ASSERT_EQ(::stat(broker.tenant_dir("a").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
   ASSERT_EQ(::stat((broker.tenant_dir("a") / "quota").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
-  ASSERT_EQ(::stat((broker.tenant_dir("a") / "ledger").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  EXPECT_FALSE(std::filesystem::exists(broker.tenant_dir("a") / "ledger"));
+  ASSERT_EQ(::stat(broker.ledger_path("a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
   ASSERT_EQ(::stat((broker.tenant_dir("a") / "broker.sock").c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0666u);  // no owners: any uid that reaches it (its pod)
 
   auto status = broker.tenant_status("a");
   ASSERT_TRUE(status);
@@ -76,6 +89,7 @@ TEST_F(AdminTest, CreateListDelete) {
   auto deleted = broker.admin({{"op", "delete"}, {"name", "a"}});
   ASSERT_TRUE(deleted && (*deleted)["ok"] == true);
   EXPECT_FALSE(std::filesystem::exists(broker.tenant_dir("a")));
+  EXPECT_FALSE(std::filesystem::exists(broker.ledger_path("a")));
   EXPECT_FALSE(broker.tenant_status("a"));
   auto again = broker.admin({{"op", "delete"}, {"name", "a"}});
   ASSERT_TRUE(again);
@@ -131,24 +145,48 @@ TEST_F(AdminTest, SecondBrokerOnSameRunDirRefuses) {
 
 TEST_F(AdminTest, OtherUidsAreRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to another uid";
-  const pid_t child = ::fork();
-  if (child == 0) {
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
-    LineClient client(broker.admin_socket());
-    if (!client.connected()) ::_exit(11);
-    auto reply = client.request({{"op", "list"}});
-    if (!reply || (*reply)["ok"] != false) ::_exit(12);
-    if ((*reply)["error"].get<std::string>().find("permission denied") == std::string::npos)
-      ::_exit(13);
-    auto create = client.request(
-        {{"op", "create"},
-         {"tenant", {{"name", "evil"}, {"devices", {{{"gpu", 0}, {"memory_limit", 1}}}}}}});
-    ::_exit(create && (*create)["ok"] == false ? 0 : 14);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(broker.admin_socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);  // root's: other uids cannot even connect
+  // Runs `body` as uid 65534 and returns its exit status.
+  auto as_nobody = [](const std::function<int()>& body) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+      ::_exit(body());
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+  };
+  EXPECT_EQ(as_nobody([&] {
+              const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+              sockaddr_un addr{};
+              addr.sun_family = AF_UNIX;
+              std::strncpy(addr.sun_path, broker.admin_socket().c_str(), sizeof addr.sun_path - 1);
+              const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+              return rc != 0 && errno == EACCES ? 0 : 11;
+            }),
+            0);
+  // With the file's mode opened up by hand, the broker still refuses at accept time,
+  // before reading anything, and every request is checked again.
+  ASSERT_EQ(::chmod(broker.admin_socket().c_str(), 0666), 0);
+  EXPECT_EQ(
+      as_nobody([&] {
+        LineClient client(broker.admin_socket());
+        if (!client.connected()) return 11;
+        auto refusal = client.read_reply();  // unasked: the accept-time refusal
+        if (!refusal || (*refusal)["ok"] != false) return 12;
+        if ((*refusal)["error"].get<std::string>().find("permission denied") == std::string::npos)
+          return 13;
+        if (!client.closed_by_peer()) return 14;
+        LineClient again(broker.admin_socket());
+        auto create = again.request(
+            {{"op", "create"},
+             {"tenant", {{"name", "evil"}, {"devices", {{{"gpu", 0}, {"memory_limit", 1}}}}}}});
+        return !create || (*create)["ok"] == false ? 0 : 15;
+      }),
+      0);
   EXPECT_FALSE(broker.tenant_status("evil"));
 }
 

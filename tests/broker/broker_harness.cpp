@@ -4,6 +4,7 @@
 #include "broker_harness.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -70,6 +71,45 @@ std::optional<std::string> read_line(int fd, std::string& buffer,
   }
 }
 
+// As read_line, but also takes a descriptor passed with the data (SCM_RIGHTS) into
+// *passed (-1 when none came).
+std::optional<std::string> read_line_with_fd(int fd, std::string& buffer,
+                                             std::chrono::milliseconds timeout, int* passed) {
+  *passed = -1;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (buffer.find('\n') == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      return std::nullopt;
+    char chunk[4096];
+    iovec data{chunk, sizeof chunk};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return std::nullopt;
+    for (cmsghdr* h = CMSG_FIRSTHDR(&message); h != nullptr; h = CMSG_NXTHDR(&message, h)) {
+      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && *passed < 0)
+        std::memcpy(passed, CMSG_DATA(h), sizeof(int));
+    }
+    buffer.append(chunk, static_cast<std::size_t>(n));
+  }
+  return read_line(fd, buffer, timeout);
+}
+
+template <class T>
+T* map_fd(int fd, bool writable) {
+  if (fd < 0) return nullptr;
+  void* p =
+      ::mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
+}
+
 template <class T>
 T* map_file(const std::filesystem::path& path, bool writable) {
   const int fd = ::open(path.c_str(), writable ? O_RDWR : O_RDONLY);
@@ -91,18 +131,27 @@ void write_all(int fd, const std::string& s) {
 
 // Body of a TenantProcess child; never returns.
 [[noreturn]] void tenant_child(const std::filesystem::path& dir, uint64_t hold, bool churn,
-                               int report_fd) {
+                               int report_fd, std::optional<ChildIdentity> as) {
   nlohmann::json result = {{"ok", false}, {"error", "cannot connect"}};
+  if (as && (::setgroups(0, nullptr) != 0 || ::setgid(as->gid) != 0 || ::setuid(as->uid) != 0)) {
+    write_all(report_fd,
+              nlohmann::json({{"ok", false}, {"error", "cannot change uid"}}).dump() + "\n");
+    ::_exit(1);
+  }
   const int sock = connect_to(dir / paths::kTenantSocketName);
   std::string buffer;
+  int ledger_fd = -1;
   if (sock >= 0) {
-    write_all(sock, "{\"op\":\"register\",\"protocol\":1}\n");
-    auto line = read_line(sock, buffer, std::chrono::seconds(5));
+    // send, not write: a peer the broker refuses at accept may find the socket closed.
+    const std::string request = "{\"op\":\"register\",\"protocol\":2}\n";
+    (void)!::send(sock, request.data(), request.size(), MSG_NOSIGNAL);
+    auto line = read_line_with_fd(sock, buffer, std::chrono::seconds(5), &ledger_fd);
     result = line ? nlohmann::json::parse(*line, nullptr, false)
                   : nlohmann::json{{"ok", false}, {"error", "no reply"}};
   }
   auto* quota = map_file<TenantQuota>(dir / "quota", false);
-  auto* ledger = map_file<TenantLedger>(dir / "ledger", true);
+  auto* ledger = map_fd<TenantLedger>(ledger_fd, true);
+  if (ledger_fd >= 0) ::close(ledger_fd);
   const bool registered = result.is_object() && result.value("ok", false) && quota && ledger;
   const uint32_t slot = registered ? result.value("slot", 0u) : 0;
   if (registered && hold > 0 && !broker::ledger::reserve(*ledger, *quota, slot, 0, hold)) {
@@ -309,13 +358,14 @@ bool BrokerProcess::create_tenant(const std::string& name, uint64_t limit,
   return reply && reply->value("ok", false);
 }
 
-TenantProcess::TenantProcess(const std::filesystem::path& tenant_dir, uint64_t hold, bool churn) {
+TenantProcess::TenantProcess(const std::filesystem::path& tenant_dir, uint64_t hold, bool churn,
+                             std::optional<ChildIdentity> as) {
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return;
   pid_ = ::fork();
   if (pid_ == 0) {
     ::close(report[0]);
-    tenant_child(tenant_dir, hold, churn, report[1]);
+    tenant_child(tenant_dir, hold, churn, report[1], as);
   }
   ::close(report[1]);
   std::string buffer;
@@ -338,7 +388,9 @@ void TenantProcess::kill9() {
 }
 
 LedgerView::LedgerView(const std::filesystem::path& tenant_dir)
-    : ledger_(map_file<TenantLedger>(tenant_dir / "ledger", false)) {}
+    : ledger_(map_file<TenantLedger>(
+          tenant_dir.parent_path().parent_path() / paths::kLedgersDirName / tenant_dir.filename(),
+          false)) {}
 
 LedgerView::~LedgerView() {
   if (ledger_ != nullptr) ::munmap(ledger_, sizeof(TenantLedger));

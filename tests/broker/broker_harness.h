@@ -87,8 +87,12 @@ class BrokerProcess {
   std::filesystem::path run_dir() const { return dir_.path() / "run"; }
   std::filesystem::path state_dir() const { return dir_.path() / "state"; }
   std::filesystem::path admin_socket() const { return client::admin_socket_path(run_dir()); }
-  std::filesystem::path tenant_dir(const std::string& name) const {
-    return client::tenant_dir(run_dir(), name);
+  // The tenant's directory: under pods/ unless created with owners (fracgpu/paths.h).
+  std::filesystem::path tenant_dir(const std::string& name, bool has_owners = false) const {
+    return client::tenant_dir(run_dir(), name, has_owners);
+  }
+  std::filesystem::path ledger_path(const std::string& name) const {
+    return client::ledger_path(run_dir(), name);
   }
   const std::string& shm_name() const { return shm_name_; }
   std::string log() const;
@@ -107,13 +111,21 @@ class BrokerProcess {
   client::BrokerProcess process_;
 };
 
+// Who a TenantProcess runs as (set in the child before it connects; needs root).
+struct ChildIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
 // A forked child playing a CUDA process of a tenant: it registers on the tenant socket
-// (so SO_PEERCRED sees the child's own pid), maps the tenant's quota (read-only) and
-// ledger, reserves `hold` bytes by the ledger rules and then either idles or, with
-// `churn`, keeps reserving and releasing until it is killed.
+// (so SO_PEERCRED sees the child's own pid), maps the tenant's quota (read-only, by path)
+// and the ledger descriptor the broker passed with the reply, reserves `hold` bytes by
+// the ledger rules and then either idles or, with `churn`, keeps reserving and releasing
+// until it is killed.
 class TenantProcess {
  public:
-  TenantProcess(const std::filesystem::path& tenant_dir, uint64_t hold, bool churn = false);
+  TenantProcess(const std::filesystem::path& tenant_dir, uint64_t hold, bool churn = false,
+                std::optional<ChildIdentity> as = std::nullopt);
   ~TenantProcess();
   bool ok() const { return reply_.has_value() && reply_->value("ok", false); }
   const std::optional<nlohmann::json>& reply() const { return reply_; }
@@ -126,7 +138,8 @@ class TenantProcess {
   std::optional<nlohmann::json> reply_;
 };
 
-// The tenant's ledger, mapped read-only by the test to observe counters.
+// The tenant's ledger, mapped read-only by the test to observe counters. Given the
+// tenant's directory <run>/pods|tenants/<name>, it maps <run>/ledgers/<name>.
 class LedgerView {
  public:
   explicit LedgerView(const std::filesystem::path& tenant_dir);

@@ -28,10 +28,11 @@ TEST_F(ProcessTest, RegisterRecordsTheRealPid) {
   TenantProcess child(broker.tenant_dir("t"), 0);
   ASSERT_TRUE(child.ok()) << (child.reply() ? child.reply()->dump() : "no reply") << broker.log();
   const json& reply = *child.reply();
-  EXPECT_EQ(reply["protocol"], 1);
+  EXPECT_EQ(reply["protocol"], 2);
   EXPECT_EQ(reply["tenant"], "t");
   EXPECT_EQ(reply["quota"], "quota");
-  EXPECT_EQ(reply["ledger"], "ledger");
+  EXPECT_EQ(reply["ledger_fd"], true);  // the child mapped the descriptor (ok() says so)
+  EXPECT_FALSE(reply.contains("ledger"));
   LedgerView ledger(broker.tenant_dir("t"));
   ASSERT_TRUE(ledger.valid());
   const ProcessSlot& slot = ledger->processes[child.slot()];
@@ -135,11 +136,11 @@ TEST_F(ProcessTest, ReRegisterAfterRestartReusesTheSlot) {
   // A second registration from the same process (what a shim does after a broker
   // restart) gets the same slot: simulated here from the test process itself.
   LineClient first(broker.tenant_dir("t") / "broker.sock");
-  auto a = first.request({{"op", "register"}, {"protocol", 1}});
+  auto a = first.request({{"op", "register"}, {"protocol", 2}});
   broker.kill9();
   ASSERT_TRUE(broker.start()) << broker.log();
   LineClient second(broker.tenant_dir("t") / "broker.sock");
-  auto b = second.request({{"op", "register"}, {"protocol", 1}});
+  auto b = second.request({{"op", "register"}, {"protocol", 2}});
   ASSERT_TRUE(a && b);
   ASSERT_EQ((*a)["ok"], true);
   ASSERT_EQ((*b)["ok"], true);

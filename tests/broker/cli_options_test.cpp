@@ -1,10 +1,18 @@
-// CLI argument handling that needs no broker: where `fracgpu run`'s command starts, and
-// the TENANT entries built from the quota flags.
+// CLI argument handling that needs no broker: where `fracgpu run`'s command starts, the
+// TENANT entries built from the quota flags, --owner's users, and where `fracgpu run` takes
+// its tenant from beside a node broker (cli/run_route.h).
 #include "cli/cli_options.h"
 
 #include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/run_route.h"
 
 namespace fracgpu::cli {
 namespace {
@@ -16,6 +24,7 @@ class RunSplitTest : public ::testing::Test {
     run = app.add_subcommand("run");
     add_quota_flags(*run, flags, QuotaCommand::kRun);
     run->add_option("--name", name);
+    run->add_option("--tenant", tenant);
     app.fallthrough();
   }
   RunSplit split(std::vector<const char*> args) {
@@ -25,7 +34,7 @@ class RunSplitTest : public ::testing::Test {
   CLI::App app;
   CLI::App* run = nullptr;
   QuotaFlags flags;
-  std::string run_dir, name;
+  std::string run_dir, name, tenant;
 };
 
 TEST_F(RunSplitTest, CommandAfterDoubleDash) {
@@ -44,6 +53,11 @@ TEST_F(RunSplitTest, CommandWithoutDoubleDashKeepsItsFlags) {
 TEST_F(RunSplitTest, OptionValuesAreNotTheCommand) {
   auto s = split({"run", "--name", "job", "--memory", "1GiB", "--run-dir", "/r", "true"});
   EXPECT_EQ(s.command, (std::vector<std::string>{"true"}));
+}
+
+TEST_F(RunSplitTest, TenantValueIsNotTheCommand) {
+  auto s = split({"run", "--tenant", "team-a", "python", "train.py"});
+  EXPECT_EQ(s.command, (std::vector<std::string>{"python", "train.py"}));
 }
 
 TEST_F(RunSplitTest, NoCommandOrOtherSubcommand) {
@@ -245,6 +259,87 @@ TEST(PerDevice, ParsesSingleValuesAndMaps) {
   EXPECT_TRUE(map->is_map);
   EXPECT_EQ(map->entries,
             (std::vector<std::pair<unsigned, std::string>>{{1, "4GiB"}, {0, "8GiB"}}));
+}
+
+// --owner as CLI11 hands it over (repeated flags and comma lists already split).
+TEST(Owners, NamesAndUidsInOrderWithoutDuplicates) {
+  CLI::App app;
+  std::vector<std::string> words;
+  app.add_option("--owner", words)->delimiter(',');
+  std::vector<const char*> argv = {"t", "--owner", "root,1000", "--owner", "0", "--owner", "42"};
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  auto owners = resolve_owners(words);
+  ASSERT_TRUE(owners.ok()) << owners.error();
+  EXPECT_EQ(*owners, (std::vector<uint32_t>{0, 1000, 42}));
+  EXPECT_TRUE(resolve_owners({})->empty());
+}
+
+TEST(Owners, UnknownUsersAndBadUidsAreUsageErrors) {
+  auto r = resolve_owners({"root", "no-such-user-fgtest"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("no-such-user-fgtest: no such user"), std::string::npos) << r.error();
+  r = resolve_owners({"4294967295"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("is not a uid"), std::string::npos) << r.error();
+  EXPECT_FALSE(resolve_owners({"99999999999999999999"}).ok());
+  EXPECT_FALSE(resolve_owners({""}).ok());
+  EXPECT_TRUE(resolve_owners({"4294967294"}).ok());
+  std::vector<std::string> many;
+  for (int i = 0; i < 65; ++i) many.push_back(std::to_string(1000 + i));
+  EXPECT_FALSE(resolve_owners(many).ok());
+}
+
+TEST(Owners, ANameResolvesToItsUid) {
+  const passwd* me = ::getpwuid(::getuid());
+  if (me == nullptr) GTEST_SKIP() << "this uid has no passwd entry";
+  auto r = resolve_owners({me->pw_name});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(*r, (std::vector<uint32_t>{static_cast<uint32_t>(::getuid())}));
+}
+
+TEST(RunRoute, NoNodeBrokerMeansAPrivateBroker) {
+  EXPECT_EQ(choose_run_route({false, false, std::nullopt, 1000, "/r"}).route,
+            RunRoute::kPrivateBroker);
+  EXPECT_EQ(choose_run_route({false, false, std::nullopt, 0, "/r"}).route,
+            RunRoute::kPrivateBroker);
+}
+
+TEST(RunRoute, AnAnsweringAdminSocketIsUsed) {
+  EXPECT_EQ(choose_run_route({false, true, 0u, 0, "/r"}).route, RunRoute::kNodeAdmin);
+  EXPECT_EQ(choose_run_route({false, true, 990u, 990, "/r"}).route, RunRoute::kNodeAdmin);
+}
+
+TEST(RunRoute, AUserBesideANodeBrokerIsToldToAskForATenant) {
+  RunRouteChoice c = choose_run_route({false, false, 0u, 1000, "/run/fracgpu"});
+  EXPECT_EQ(c.route, RunRoute::kRefuse);
+  EXPECT_NE(c.message.find("/run/fracgpu"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find("does not start a private broker"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find("fracgpu tenant create NAME --owner USER"), std::string::npos)
+      << c.message;
+  EXPECT_NE(c.message.find("--tenant NAME"), std::string::npos) << c.message;
+  // The broker's own uid and root decide for themselves (a stopped node broker: private).
+  EXPECT_EQ(choose_run_route({false, false, 990u, 990, "/r"}).route, RunRoute::kPrivateBroker);
+  EXPECT_EQ(choose_run_route({false, false, 990u, 0, "/r"}).route, RunRoute::kPrivateBroker);
+}
+
+TEST(RunRoute, TenantJoinsOnlyANodeBroker) {
+  EXPECT_EQ(choose_run_route({true, false, 0u, 1000, "/r"}).route, RunRoute::kJoinTenant);
+  EXPECT_EQ(choose_run_route({true, true, 0u, 0, "/r"}).route, RunRoute::kJoinTenant);
+  RunRouteChoice c = choose_run_route({true, false, std::nullopt, 1000, "/nowhere"});
+  EXPECT_EQ(c.route, RunRoute::kRefuse);
+  EXPECT_NE(c.message.find("/nowhere"), std::string::npos) << c.message;
+}
+
+TEST(RunRoute, NodeBrokerIsItsLockFile) {
+  char pattern[] = "/tmp/fgroute-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = pattern;
+  EXPECT_FALSE(node_broker_uid(dir));
+  EXPECT_FALSE(node_broker_uid(dir / "missing"));
+  std::ofstream(dir / "broker.lock") << "1\n";
+  ASSERT_TRUE(node_broker_uid(dir));
+  EXPECT_EQ(*node_broker_uid(dir), ::geteuid());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

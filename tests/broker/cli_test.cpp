@@ -61,7 +61,8 @@ TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
               env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find(FRACGPU_TEST_SHIM), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find((broker.tenant_dir("probe") / "broker.sock").string()), std::string::npos)
+  EXPECT_NE(r.out.find((broker.tenant_dir("probe", /*has_owners=*/true) / "broker.sock").string()),
+            std::string::npos)
       << r.out;
 
   r = fracgpu({"run", "--memory", "1GiB", "--", "/bin/sh", "-c", "kill -9 $$"}, env);
@@ -70,6 +71,72 @@ TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {
   EXPECT_EQ(r.status, 127);
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].empty());
+}
+
+// `fracgpu run` creates its tenant owned by the caller's uid (root here: owners [0]) and
+// registers itself in it while the command runs (the audit's anchor for descendants).
+TEST_F(CliTest, RunCreatesATenantOwnedByTheCallerAndRegistersInIt) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  // The shell prints its parent (the fracgpu CLI), then the broker's view.
+  auto r = fracgpu({"run", "--memory", "1GiB", "--name", "mine", "--", "/bin/sh", "-c",
+                    std::string("echo $PPID; exec ") + FRACGPU_TEST_CLI_BIN + " status --json"},
+                   broker.env());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto newline = r.out.find('\n');
+  ASSERT_NE(newline, std::string::npos) << r.out;
+  const int cli_pid = std::stoi(r.out.substr(0, newline));
+  auto list = nlohmann::json::parse(r.out.substr(newline + 1), nullptr, false);
+  ASSERT_TRUE(list.is_object()) << r.out;
+  ASSERT_EQ(list["tenants"].size(), 1u) << r.out;
+  const auto& t = list["tenants"][0];
+  EXPECT_EQ(t["owners"], nlohmann::json::array({::getuid()})) << t.dump();
+  // The CLI itself holds a slot of its tenant while the command runs.
+  ASSERT_EQ(t["processes"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["processes"][0]["pid"], cli_pid) << t.dump();
+  EXPECT_TRUE((*broker.admin({{"op", "list"}}))["tenants"].empty());
+}
+
+TEST_F(CliTest, TenantOwnersFromTheCommandLine) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  auto env = broker.env();
+  auto r = fracgpu(
+      {"tenant", "create", "team", "--memory", "1GiB", "--owner", "root,12345", "--owner", "0"},
+      env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto t = broker.tenant_status("team");
+  ASSERT_TRUE(t);
+  EXPECT_EQ((*t)["owners"], nlohmann::json::array({0, 12345})) << t->dump();
+  EXPECT_TRUE(std::filesystem::exists(broker.tenant_dir("team", true) / "broker.sock"));
+  // Owners alone can be updated; the quota stays.
+  r = fracgpu({"tenant", "update", "team", "--owner", "4242"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  t = broker.tenant_status("team");
+  EXPECT_EQ((*t)["owners"], nlohmann::json::array({4242})) << t->dump();
+  EXPECT_EQ((*t)["devices"][0]["memory_limit"], kGiB) << t->dump();
+  // An unknown user is a usage error before anything is sent.
+  r = fracgpu({"tenant", "create", "other", "--memory", "1GiB", "--owner", "no-such-user-fgt"},
+              env);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no-such-user-fgt: no such user"), std::string::npos) << r.err;
+  EXPECT_FALSE(broker.tenant_status("other"));
+  r = fracgpu({"tenant", "update", "team", "--owner", "no-such-user-fgt"}, env);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ((*broker.tenant_status("team"))["owners"], nlohmann::json::array({4242}));
+}
+
+TEST_F(CliTest, TenantFlagConflictsAreUsageErrors) {
+  expect_usage_error({"run", "--tenant", "a", "--memory", "1GiB", "--", "true"},
+                     "leave out --memory");
+  expect_usage_error({"run", "--tenant", "a", "--name", "b", "--", "true"}, "--name");
+  expect_usage_error({"run", "--tenant", "Bad Name", "--", "true"}, "tenant name");
+  // No broker has served the run directory: nothing to join.
+  auto r = fracgpu({"run", "--tenant", "a", "--", "true"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no broker has served"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, SigtermIsForwardedAndTenantDeleted) {

@@ -1,5 +1,7 @@
 // Tenant names and the TENANT JSON: defaults (request = limit), strict types and
-// ranges, unknown fields refused, and partial updates.
+// ranges, unknown fields refused, partial updates, and the owners (uids that may
+// register) with the rule that an update cannot move a tenant between having owners
+// and having none.
 #include "core/tenant_spec.h"
 
 #include <gtest/gtest.h>
@@ -167,6 +169,97 @@ TEST(TenantUpdate, AddsGpusAndValidates) {
   EXPECT_FALSE(
       apply_tenant_update(*spec, json::parse(R"({"name":"a","devices":[{"gpu":0,"compute":"x"}]})"))
           .ok());
+}
+
+TEST(TenantOwners, ParsedValidatedAndKept) {
+  auto none =
+      tenant_spec_from_json(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":1}]})"));
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_TRUE(none->owners.empty());
+  EXPECT_FALSE(none->has_owners());
+  EXPECT_EQ(tenant_spec_to_json(*none)["owners"], json::array());
+
+  auto spec = tenant_spec_from_json(json::parse(
+      R"({"name":"a","owners":[1000,0,4294967294],"devices":[{"gpu":0,"memory_limit":1}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  EXPECT_EQ(spec->owners, (std::vector<uint32_t>{1000, 0, 4294967294u}));
+  EXPECT_TRUE(spec->has_owners());
+  EXPECT_TRUE(spec->owned_by(1000));
+  EXPECT_TRUE(spec->owned_by(4294967294u));
+  EXPECT_FALSE(spec->owned_by(1001));
+  const json persisted = tenant_spec_to_json(*spec);  // also tenants.json's form
+  EXPECT_EQ(persisted["owners"], json::parse("[1000,0,4294967294]"));
+  auto again = tenant_spec_from_json(persisted);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(*again, *spec);
+
+  std::string many = "[";
+  for (int i = 0; i < 64; ++i) many += (i ? "," : "") + std::to_string(1000 + i);
+  auto sixty_four = tenant_spec_from_json(json::parse(
+      R"({"name":"a","owners":)" + many + R"(],"devices":[{"gpu":0,"memory_limit":1}]})"));
+  EXPECT_TRUE(sixty_four.ok()) << sixty_four.error();
+  EXPECT_EQ(sixty_four->owners.size(), 64u);
+}
+
+TEST(TenantOwners, BadOwnersAreRefusedWithTheReason) {
+  std::string too_many = "[";
+  for (int i = 0; i < 65; ++i) too_many += (i ? "," : "") + std::to_string(1000 + i);
+  too_many += "]";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"\"1000\"", "must be an array"},
+      {"1000", "must be an array"},
+      {"[\"alice\"]", "owners[0] must be a numeric uid"},
+      {"[1000,-1]", "owners[1] must not be negative"},
+      {"[4294967295]", "is not a uid"},
+      {"[99999999999]", "is not a uid"},
+      {"[1.5]", "must be a numeric uid"},
+      {"[null]", "must be a numeric uid"},
+      {"[1000,1001,1000]", "uid 1000 is listed twice"},
+      {too_many, "at most 64"},
+  };
+  for (const auto& [owners, reason] : bad) {
+    auto spec = tenant_spec_from_json(json::parse(R"({"name":"a","owners":)" + owners +
+                                                  R"(,"devices":[{"gpu":0,"memory_limit":1}]})"));
+    ASSERT_FALSE(spec.ok()) << owners;
+    EXPECT_NE(spec.error().find(reason), std::string::npos) << owners << ": " << spec.error();
+    // The same rules in an update.
+    auto base = tenant_spec_from_json(
+        json::parse(R"({"name":"a","owners":[7],"devices":[{"gpu":0,"memory_limit":1}]})"));
+    ASSERT_TRUE(base.ok());
+    auto updated =
+        apply_tenant_update(*base, json::parse(R"({"name":"a","owners":)" + owners + "}"));
+    ASSERT_FALSE(updated.ok()) << owners;
+    EXPECT_NE(updated.error().find(reason), std::string::npos) << updated.error();
+  }
+}
+
+TEST(TenantOwners, UpdateChangesOwnersButNotTheTenantsKind) {
+  auto owned = tenant_spec_from_json(
+      json::parse(R"({"name":"a","owners":[1000],"devices":[{"gpu":0,"memory_limit":1}]})"));
+  ASSERT_TRUE(owned.ok());
+  auto kept = apply_tenant_update(
+      *owned, json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":2}]})"));
+  ASSERT_TRUE(kept.ok()) << kept.error();
+  EXPECT_EQ(kept->owners, std::vector<uint32_t>{1000});  // not given: unchanged
+  auto changed = apply_tenant_update(*owned, json::parse(R"({"name":"a","owners":[1001,1002]})"));
+  ASSERT_TRUE(changed.ok()) << changed.error();
+  EXPECT_EQ(changed->owners, (std::vector<uint32_t>{1001, 1002}));
+  EXPECT_EQ(changed->devices, owned->devices);
+
+  auto emptied = apply_tenant_update(*owned, json::parse(R"({"name":"a","owners":[]})"));
+  ASSERT_FALSE(emptied.ok());
+  EXPECT_NE(emptied.error().find("cannot lose all its owners"), std::string::npos)
+      << emptied.error();
+
+  auto pod =
+      tenant_spec_from_json(json::parse(R"({"name":"p","devices":[{"gpu":0,"memory_limit":1}]})"));
+  ASSERT_TRUE(pod.ok());
+  auto given = apply_tenant_update(*pod, json::parse(R"({"name":"p","owners":[1000]})"));
+  ASSERT_FALSE(given.ok());
+  EXPECT_NE(given.error().find("has no owners"), std::string::npos) << given.error();
+  EXPECT_NE(given.error().find("delete it and create it again"), std::string::npos);
+  auto still_none = apply_tenant_update(*pod, json::parse(R"({"name":"p","owners":[]})"));
+  EXPECT_TRUE(still_none.ok()) << still_none.error();
 }
 
 }  // namespace

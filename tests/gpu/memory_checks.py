@@ -420,14 +420,14 @@ class Checks(object):
 
     # ------------------------------------------------------------------ check 0
     def check0_nvml_layout(self):
-        name = "nvml.h layout == interpose/nvml_types.h"
+        name = "nvml.h layout == include/fracgpu/nvml_types.h"
         candidates = ["/usr/local/cuda/targets/x86_64-linux/include", "/usr/local/cuda/include"]
         candidates += sorted(glob.glob("/usr/local/cuda*/targets/*/include")) + ["/usr/include"]
         candidates = [d for i, d in enumerate(candidates) if d not in candidates[:i]]
         inc = next((d for d in candidates if os.path.isfile(os.path.join(d, "nvml.h"))), None)
         if inc is None:
             return self.fail_row("0", name, "compiles", "nvml.h not found in " + ", ".join(candidates))
-        r = self.run("c0_nvml_layout", ["g++", "-std=c++17", "-fsyntax-only", "-I" + os.path.join(REPO, "interpose"),
+        r = self.run("c0_nvml_layout", ["g++", "-std=c++17", "-fsyntax-only", "-I" + os.path.join(REPO, "include"),
                                         "-I" + inc, os.path.join(HERE, "nvml_layout_check.cpp")], self.base_env, 60)
         errors = [ln for ln in r.stderr_text().splitlines() if "error" in ln][:6]
         return self.judge("0", name, "static_asserts hold (g++ -fsyntax-only)",

@@ -35,8 +35,9 @@ class BrokerFixture : public ShimFixture {
 
   std::string run_dir() const { return dir_.path() + "/run"; }
   std::string state_dir() const { return dir_.path() + "/state"; }
-  std::string tenant_socket(const std::string& name) const {
-    return client::tenant_socket_path(run_dir(), name);
+  // Tenants created by create_tenant have no owners: their directory is under pods/.
+  std::string tenant_socket(const std::string& name, bool has_owners = false) const {
+    return client::tenant_socket_path(run_dir(), name, has_owners);
   }
 
   void start_broker() {
@@ -74,9 +75,9 @@ class BrokerFixture : public ShimFixture {
     return env;
   }
 
-  // The tenant's ledger, mapped read-only.
+  // The tenant's ledger (<run>/ledgers/<name>, the broker's uid only), mapped read-only.
   const TenantLedger* ledger(const std::string& name) {
-    const std::string path = client::tenant_dir(run_dir(), name) / "ledger";
+    const std::string path = client::ledger_path(run_dir(), name);
     int fd = open(path.c_str(), O_RDONLY);
     if (fd < 0) return nullptr;
     void* p = mmap(nullptr, sizeof(TenantLedger), PROT_READ, MAP_SHARED, fd, 0);

@@ -343,6 +343,9 @@ INSTANTIATE_TEST_SUITE_P(
                     "passwd\",\"ledger\":\"l\"}\n"),
         std::string("{\"ok\":true,\"slot\":1,\"tenant\":\"x\",\"quota\":\"quota\",\"ledger\":"
                     "\"ledger\"}\n"),
+        // Protocol 2 promises the ledger as a descriptor; a reply without one is refused.
+        std::string("{\"ok\":true,\"protocol\":2,\"slot\":1,\"tenant\":\"x\",\"quota\":"
+                    "\"quota\",\"ledger_fd\":true}\n"),
         std::string("{\"ok\":false,\"error\":\"go away\"}\n"), std::string(""),
         std::string(70000, 'x')),
     [](const auto& param_info) { return "reply" + std::to_string(param_info.index); });
@@ -376,12 +379,14 @@ TEST_F(MemoryQuota, NvmlInsideATenantReportsTheCapAndTheTenantsUsage) {
     }
     EXPECT_EQ(doc["v2"]["reserved"].get<uint64_t>(), 0u);
   }
-  // Outside any tenant the driver's own figures pass through untouched.
+  // Outside any tenant NVML's own figures (the simulated 4 GiB device) pass through untouched.
   Environment outside = shim_env();
   outside["LD_LIBRARY_PATH"] = FRACGPU_FAKENVML_DIR;
   ProcessResult r = run_process({FRACGPU_NVML_CLIENT, "dlopen"}, outside);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(last_json_line(r.out)["v1"]["total"].get<uint64_t>(), 16 * kGiB);
+  EXPECT_EQ(last_json_line(r.out)["v1"]["total"].get<uint64_t>(), 4 * kGiB);
+  EXPECT_EQ(last_json_line(r.out)["v1"]["used"].get<uint64_t>(), 576 * kMiB)
+      << "the holder's context and allocation, as the simulated device counts them";
   EXPECT_EQ(last_json_line(r.out)["v2"]["reserved"].get<uint64_t>(), 256 * kMiB);
 }
 

@@ -171,8 +171,9 @@ TEST_F(DevicePluginTest, AllocateRegistersTheTenantWithItsShareOfTheGpu) {
             std::make_pair(std::string("/opt/fracgpu/libfracgpu.so"), true));
   EXPECT_EQ(mounts["/etc/ld.so.preload"],
             std::make_pair(std::string("/opt/fracgpu/ld.so.preload"), true));
-  EXPECT_EQ(mounts["/run/fracgpu"], std::make_pair(run_dir() + "/tenants/" + name, false));
-  EXPECT_TRUE(std::filesystem::exists(run_dir() + "/tenants/" + name + "/broker.sock"));
+  // The broker's own directory for an owner-less tenant, read-only in the container.
+  EXPECT_EQ(mounts["/run/fracgpu"], std::make_pair(run_dir() + "/pods/" + name, true));
+  EXPECT_TRUE(std::filesystem::exists(run_dir() + "/pods/" + name + "/broker.sock"));
   EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), gpu1_);
   EXPECT_EQ(container.envs().at("FRACGPU_SOCKET"), "/run/fracgpu/broker.sock");
   EXPECT_EQ(container.annotations().at("fracgpu.io/tenant"), name);
@@ -249,7 +250,7 @@ TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3}), whole).ok());
   const std::string old_name = k8s::tenant_name_for(gpu0_, {0, 1, 2, 3});
   Environment env = env_;
-  env["FRACGPU_SOCKET"] = run_dir() + "/tenants/" + old_name + "/broker.sock";
+  env["FRACGPU_SOCKET"] = run_dir() + "/pods/" + old_name + "/broker.sock";
   env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
   env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
   auto holder = std::make_unique<BackgroundProcess>(

@@ -18,6 +18,7 @@
 
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "device_plugin/plugin_config.h"
 #include "plugin_fixture.h"
@@ -208,7 +209,7 @@ TEST_F(PodTest, ARestartedContainerFindsTheSameTenant) {
 }
 
 // Inside: the response's files at their container paths, the shim mapped without
-// LD_PRELOAD, read-only mounts read-only and the run directory writable, and nothing on
+// LD_PRELOAD, every mount read-only — the tenant's run directory too — and nothing on
 // stderr (the shim is silent in a process that never calls CUDA). Writability is asked
 // with access(2), which answers EROFS even to root: nothing is written, because were a
 // mount missing, a write would land on the host's /etc. Outside, at the same time: a
@@ -222,12 +223,12 @@ TEST_F(PodTest, OnlyProcessesInTheContainerLoadTheShim) {
       "grep -q /usr/local/fracgpu/lib/libfracgpu.so /proc/self/maps && echo shim-loaded; "
       "test -w /etc/ld.so.preload || echo preload-read-only; "
       "test -w /usr/local/fracgpu/lib/libfracgpu.so || echo shim-read-only; "
-      "test -w /run/fracgpu && echo run-writable";
+      "test -w /run/fracgpu || echo run-read-only";
   ProcessResult inside = run_in_container({"/bin/sh", "-c", script});
   EXPECT_EQ(inside.exit_code, 0) << inside.err;
   EXPECT_EQ(inside.out, std::string(k8s::kContainerShimPath) +
                             "\ncache-reachable\nsocket\nshim-loaded\npreload-read-only\nshim-read-"
-                            "only\nrun-writable\n");
+                            "only\nrun-read-only\n");
   EXPECT_EQ(inside.err, "");
 
   auto holder = start_holder(256 * kMiB, "holder");
@@ -240,6 +241,70 @@ TEST_F(PodTest, OnlyProcessesInTheContainerLoadTheShim) {
   ASSERT_EQ(host.exit_code, 0) << host.out << host.err;
   EXPECT_EQ(last_json(host.out)["total"].get<uint64_t>(), gpu_memory_) << host.out;
   EXPECT_EQ(last_json(host.out)["device_total"].get<uint64_t>(), gpu_memory_) << host.out;
+  EXPECT_EQ(tenant_pids(), std::vector<int>{holder->pid()});
+}
+
+// The issue's attack: a pod runs as root and its tenant directory used to be mounted
+// read-write, so rewriting memory_limit in the quota lifted the cap. Now the directory is
+// a read-only mount: root in the container gets EROFS opening the quota for writing
+// (by its path, and by the /proc map_files link of a process that maps it, where the
+// namespace allows that look), cannot create anything there, and finds no ledger in
+// it (the ledger comes as a descriptor over the socket). Its workloads still register
+// and are capped, at the unchanged limit. (This mini runtime does not pivot_root, so the
+// host's paths stay visible inside; in a real container only the mounts are there.)
+TEST_F(PodTest, RootInTheContainerCannotRewriteItsQuotaNorReachItsLedger) {
+  auto holder = start_holder(256 * kMiB, "holder");
+  ASSERT_FALSE(HasFailure());
+  const std::string script =
+      "id -u; ls -A /run/fracgpu; "
+      "test -e /run/fracgpu/ledger || echo no-ledger-path; "
+      "(exec 3<> /run/fracgpu/quota) 2>&1 | grep -q 'Read-only file system' && "
+      "echo quota-rdwr-erofs; "
+      "(printf 'x' >> /run/fracgpu/quota) 2>&1 | grep -q 'Read-only file system' && "
+      "echo quota-append-erofs; "
+      "(: > /run/fracgpu/quota) 2>&1 | grep -q 'Read-only file system' && "
+      "echo quota-truncate-erofs; "
+      "(: > /run/fracgpu/ledger) 2>&1 | grep -q 'Read-only file system' && "
+      "echo create-erofs; "
+      "(rm -f /run/fracgpu/quota) 2>&1 | grep -q 'Read-only file system' && echo unlink-erofs; "
+      "(mkdir /run/fracgpu/d) 2>&1 | grep -q 'Read-only file system' && echo mkdir-erofs; "
+      "for f in /proc/" +
+      std::to_string(holder->pid()) +
+      "/map_files/*; do "
+      "  case $(readlink $f 2>/dev/null) in */quota) "
+      "    (exec 3<> $f) 2>&1 | grep -q 'Read-only file system' && echo map-files-erofs;; "
+      "  esac; "
+      "done; true";
+  ProcessResult inside = run_in_container({"/bin/sh", "-c", script});
+  ASSERT_EQ(inside.exit_code, 0) << inside.out << inside.err;
+  std::istringstream lines(inside.out);
+  std::string uid;
+  std::getline(lines, uid);
+  EXPECT_EQ(uid, "0");  // root in the container (mapped root where only a user namespace is had)
+  std::vector<std::string> entries;
+  for (std::string line; std::getline(lines, line) && line.rfind("no-", 0) != 0;)
+    entries.push_back(line);
+  // The sockets (registration, the compute doorbell) and the quota; no ledger.
+  EXPECT_EQ(entries, (std::vector<std::string>{"broker.sock", "doorbell", "quota"})) << inside.out;
+  for (const char* expected :
+       {"no-ledger-path", "quota-rdwr-erofs", "quota-append-erofs", "quota-truncate-erofs",
+        "create-erofs", "unlink-erofs", "mkdir-erofs"}) {
+    EXPECT_NE(inside.out.find(std::string(expected) + "\n"), std::string::npos)
+        << expected << " missing in:\n"
+        << inside.out << inside.err;
+  }
+  if (namespace_probe().out.rfind("root", 0) == 0) {  // map_files needs CAP_SYS_ADMIN
+    EXPECT_NE(inside.out.find("map-files-erofs\n"), std::string::npos) << inside.out;
+  }
+
+  // Nothing changed: the limit is the plugin's, and a new workload is capped by it.
+  auto t = tenant(name_);
+  ASSERT_FALSE(t.is_null());
+  EXPECT_EQ(t["devices"][0]["memory_limit"].get<uint64_t>(), cap_);
+  ProcessResult over = run_in_container(
+      {FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(cap_ - kFootprint + kMiB)});
+  EXPECT_EQ(over.exit_code, 1) << over.out << over.err;
+  EXPECT_NE(over.out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << over.out << over.err;
   EXPECT_EQ(tenant_pids(), std::vector<int>{holder->pid()});
 }
 

@@ -361,5 +361,30 @@ TEST(SliceInventory, MissingGpuTurnsUnhealthyAndBumpsTheGeneration) {
   EXPECT_EQ(slices[3].id, "GPU-b::1");
 }
 
+// The container's run directory is the one the broker reports for the tenant (mounted
+// read-only), checked before it goes into a mount: absolute, no "." or "..", ending in
+// the tenant's name.
+TEST(TenantDirFromReply, TakesTheBrokersDirectoryAndRefusesOddOnes) {
+  const std::string name = "fgpu-abc-s3";
+  auto reply = [&](const std::string& dir) {
+    return nlohmann::json{{"ok", true}, {"tenant", {{"name", name}, {"run_dir", dir}}}};
+  };
+  auto ok = tenant_dir_from_reply(reply("/run/fracgpu/pods/" + name), name);
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  EXPECT_EQ(*ok, "/run/fracgpu/pods/" + name);
+  auto bare = tenant_dir_from_reply(reply("/run/fracgpu/pods/" + name)["tenant"], name);
+  EXPECT_TRUE(bare.ok()) << bare.error();
+  for (const std::string& bad :
+       {std::string("run/fracgpu/pods/") + name, "/run/fracgpu/pods/" + name + "/..",
+        "/run/fracgpu/pods/../../etc/" + name, std::string("/run/fracgpu/pods/other"),
+        "/run/./fracgpu/pods/" + name, std::string("")}) {
+    auto r = tenant_dir_from_reply(reply(bad), name);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  EXPECT_FALSE(tenant_dir_from_reply({{"ok", true}, {"tenant", {{"name", name}}}}, name).ok());
+  EXPECT_FALSE(tenant_dir_from_reply({{"ok", true}, {"tenant", {{"run_dir", 7}}}}, name).ok());
+  EXPECT_FALSE(tenant_dir_from_reply(nlohmann::json::array(), name).ok());
+}
+
 }  // namespace
 }  // namespace fracgpu::k8s

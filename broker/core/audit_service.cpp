@@ -1,0 +1,172 @@
+// AuditService: builds the audit's and the books check's inputs from the broker's state
+// and records what they find (see audit_service.h).
+#include "core/audit_service.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace fracgpu::broker {
+
+AuditService::AuditService(AuditOptions options, TenantRegistry& registry, ProcessTracker& tracker,
+                           LedgerReconciler& reconciler, const GpuInventory& gpus)
+    : options_(std::move(options)),
+      registry_(registry),
+      tracker_(tracker),
+      reconciler_(reconciler),
+      gpus_(gpus),
+      audit_(AuditConfig{options_.action, static_cast<int32_t>(::getpid()), options_.tolerance, 2},
+             processes_),
+      books_(gpus) {}
+
+void AuditService::open() {
+  if (options_.interval_ms <= 0) {
+    unavailable_ = "disabled (--audit-interval 0)";
+    spdlog::info("audit: NVML audit disabled (--audit-interval 0); books check on");
+    return;
+  }
+  nvml_ = NvmlPort::open(options_.nvml_path, &unavailable_);
+  if (!nvml_) {
+    spdlog::warn("audit: NVML audit disabled: {}; books check on", unavailable_);
+    return;
+  }
+  std::size_t matched = 0;
+  for (const std::string& uuid : nvml_->uuids())
+    matched += std::any_of(gpus_.gpus.begin(), gpus_.gpus.end(),
+                           [&](const GpuInfo& g) { return g.uuid == uuid; });
+  spdlog::info(
+      "audit: NVML {} lists {} GPU(s), {} of them in the inventory; every {} ms, action {}",
+      options_.nvml_path, nvml_->uuids().size(), matched, options_.interval_ms,
+      options_.action == AuditAction::kKill ? "kill" : "log");
+}
+
+void AuditService::record(const std::vector<Violation>& found) {
+  for (const Violation& v : found) log_.record(v);
+}
+
+void AuditService::audit_tick() {
+  if (!nvml_) return;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<AuditGpu> gpus;
+  std::size_t width = 0;
+  for (const GpuInfo& g : gpus_.gpus) {
+    gpus.push_back({g.index, g.uuid});
+    width = std::max<std::size_t>(width, g.index + 1);
+  }
+  std::vector<AuditSample> samples;
+  for (GpuUsageSample& s : nvml_->sample()) {
+    auto gpu =
+        std::find_if(gpus.begin(), gpus.end(), [&](const AuditGpu& g) { return g.uuid == s.uuid; });
+    if (gpu == gpus.end()) continue;  // a GPU the broker does not manage
+    if (!s.ok) spdlog::debug("audit: GPU {} not read this time: {}", gpu->index, s.error);
+    samples.push_back({gpu->index, s.ok, std::move(s.processes)});
+  }
+  // Built after sampling: a process that registered before allocating shows registered.
+  std::vector<AuditTenant> tenants;
+  for (Tenant* t : registry_.all()) {
+    AuditTenant at;
+    at.name = t->spec.name;
+    at.limit.assign(width, 0);
+    at.footprint.assign(width, 0);
+    for (const DeviceSpec& d : t->spec.devices) {
+      if (d.gpu >= width) continue;
+      at.limit[d.gpu] = d.memory_limit;
+      if (const GpuInfo* g = gpus_.find(d.gpu)) at.footprint[d.gpu] = g->context_footprint;
+    }
+    const TenantLedger& ledger = t->ledger();
+    for (const ProcessTracker::Watched& w : tracker_.watches_of(t->spec.name)) {
+      AuditRegistered p{static_cast<int32_t>(w.pid), w.start_time, std::vector<uint64_t>(width, 0)};
+      for (std::size_t i = 0; i < t->spec.devices.size() && i < kMaxDevices; ++i) {
+        const uint32_t gpu = t->spec.devices[i].gpu;
+        if (gpu < width && w.slot < kMaxProcesses)
+          p.booked[gpu] = ledger.processes[w.slot].used[i].load();
+      }
+      at.processes.push_back(std::move(p));
+    }
+    tenants.push_back(std::move(at));
+  }
+  record(audit_.tick(gpus, tenants, samples));
+  nvml_time_ += std::chrono::steady_clock::now() - started;
+  ++nvml_ticks_;
+}
+
+BooksSubject AuditService::subject(Tenant& tenant) {
+  std::vector<WatchedSlot> watched;
+  for (const ProcessTracker::Watched& w : tracker_.watches_of(tenant.spec.name))
+    watched.push_back({w.slot, static_cast<int32_t>(w.pid), w.start_time});
+  return BooksSubject{tenant.spec,
+                      tenant.quota(),
+                      tenant.ledger(),
+                      std::move(watched),
+                      reconciler_.pending(tenant.spec.name),
+                      [this, &tenant] { tenant.segments->publish(tenant.spec, gpus_); }};
+}
+
+void AuditService::books_tick() {
+  const auto now = std::chrono::steady_clock::now();
+  for (Tenant* t : registry_.all()) record(books_.check(subject(*t), now));
+  books_time_ += std::chrono::steady_clock::now() - now;
+  ++books_ticks_;
+}
+
+void AuditService::verify_grants() {
+  const auto now = std::chrono::steady_clock::now();
+  for (Tenant* t : registry_.all()) record(books_.check_quota(subject(*t), now));
+}
+
+void AuditService::note_grants() {
+  for (Tenant* t : registry_.all()) books_.note_grants(t->spec.name, t->quota());
+}
+
+bool AuditService::burst_refused(const std::string& tenant, std::string* why) const {
+  return books_.burst_refused(tenant, std::chrono::steady_clock::now(), why);
+}
+
+void AuditService::forget(const std::string& tenant) {
+  books_.forget(tenant);
+  log_.forget(tenant);
+}
+
+nlohmann::json AuditService::gpu_json(const GpuInfo& gpu) const {
+  if (!nvml_) return {{"available", false}, {"reason", unavailable_}};
+  const auto uuids = nvml_->uuids();
+  if (std::find(uuids.begin(), uuids.end(), gpu.uuid) == uuids.end())
+    return {{"available", false}, {"reason", "NVML does not list this GPU's UUID"}};
+  return {{"available", true},
+          {"interval_ms", options_.interval_ms},
+          {"action", options_.action == AuditAction::kKill ? "kill" : "log"}};
+}
+
+nlohmann::json AuditService::tenant_json(const std::string& tenant) const {
+  nlohmann::json j = log_.tenant_json(tenant);
+  const int64_t left = books_.flag_seconds_left(tenant, std::chrono::steady_clock::now());
+  j["flagged"] = left > 0;
+  if (left > 0) j["bursts_refused_for_s"] = left;
+  return j;
+}
+
+void AuditService::write_metrics(std::ostringstream& out, TenantRegistry& registry) const {
+  std::map<std::string, std::vector<std::pair<uint32_t, std::string>>> tenant_gpus;
+  for (Tenant* t : registry.all()) {
+    auto& list = tenant_gpus[t->spec.name];
+    for (const DeviceSpec& d : t->spec.devices) {
+      const GpuInfo* g = gpus_.find(d.gpu);
+      list.emplace_back(d.gpu, g != nullptr ? g->uuid : d.uuid);
+    }
+  }
+  log_.write_metrics(out, tenant_gpus);
+  out << "# HELP fracgpu_audit_duration_seconds_total Broker time spent in the audit (part "
+         "nvml: per-process NVML usage against the books; part books: quota and ledger check).\n"
+         "# TYPE fracgpu_audit_duration_seconds_total counter\n"
+      << "fracgpu_audit_duration_seconds_total{part=\"nvml\"} "
+      << std::chrono::duration<double>(nvml_time_).count() << '\n'
+      << "fracgpu_audit_duration_seconds_total{part=\"books\"} "
+      << std::chrono::duration<double>(books_time_).count() << '\n'
+      << "# HELP fracgpu_audit_passes_total Audit passes run.\n"
+         "# TYPE fracgpu_audit_passes_total counter\n"
+      << "fracgpu_audit_passes_total{part=\"nvml\"} " << nvml_ticks_ << '\n'
+      << "fracgpu_audit_passes_total{part=\"books\"} " << books_ticks_ << '\n';
+}
+
+}  // namespace fracgpu::broker

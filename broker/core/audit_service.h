@@ -1,0 +1,82 @@
+// The audit backstop inside the broker (issue 12, items 1 and 5): glue between the
+// broker's state (registry, process watches, GPU inventory) and the pure checks.
+//  - audit_tick(), every --audit-interval ms (default 500, 0 = off): one NVML sample per
+//    GPU (nvml_port.h) judged by UsageAudit (usage_audit.h) against each tenant's limit
+//    and its registered processes' books;
+//  - books_tick(), every maintenance tick (100 ms): BooksCheck (books_check.h) on every
+//    tenant's quota and ledger;
+//  - everything found goes to the ViolationLog (violation_log.h): log line, counters,
+//    status JSON, metrics; --audit-action kill stops an offending process.
+// NVML that cannot be opened disables only the NVML part (one log line; each GPU's status
+// says "audit": {"available": false, "reason": ...}); the books check always runs.
+// Nothing here touches the shim or its fast paths: the cost is the broker's alone.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "core/books_check.h"
+#include "core/gpu_inventory.h"
+#include "core/ledger_reconciler.h"
+#include "core/nvml_port.h"
+#include "core/process_port.h"
+#include "core/process_tracker.h"
+#include "core/tenant_registry.h"
+#include "core/usage_audit.h"
+#include "core/violation_log.h"
+
+namespace fracgpu::broker {
+
+class AuditService {
+ public:
+  AuditService(AuditOptions options, TenantRegistry& registry, ProcessTracker& tracker,
+               LedgerReconciler& reconciler, const GpuInventory& gpus);
+
+  // Opens NVML unless the interval is 0; logs one line either way.
+  void open();
+  bool nvml_available() const { return nvml_ != nullptr; }
+  int interval_ms() const { return options_.interval_ms; }
+
+  void audit_tick();
+  void books_tick();
+
+  // The grant half of the quota check, for all tenants: before a broker decision that
+  // reads grants (a burst), and recording them after one.
+  void verify_grants();
+  void note_grants();
+  bool burst_refused(const std::string& tenant, std::string* why) const;
+
+  void forget(const std::string& tenant);
+
+  nlohmann::json gpu_json(const GpuInfo& gpu) const;            // "audit" of a GPU
+  nlohmann::json tenant_json(const std::string& tenant) const;  // "violations" of a tenant
+  void write_metrics(std::ostringstream& out, TenantRegistry& registry) const;
+
+  const ViolationLog& log() const { return log_; }
+  // Time spent in audit_tick / books_tick so far (fracgpu_audit_duration_seconds_total).
+  std::chrono::nanoseconds nvml_time() const { return nvml_time_; }
+  std::chrono::nanoseconds books_time() const { return books_time_; }
+
+ private:
+  BooksSubject subject(Tenant& tenant);
+  void record(const std::vector<Violation>& found);
+
+  AuditOptions options_;
+  TenantRegistry& registry_;
+  ProcessTracker& tracker_;
+  LedgerReconciler& reconciler_;
+  const GpuInventory& gpus_;
+  std::unique_ptr<NvmlPort> nvml_;
+  std::string unavailable_;  // why the NVML audit is off
+  ProcfsProcessPort processes_;
+  UsageAudit audit_;
+  BooksCheck books_;
+  ViolationLog log_;
+  std::chrono::nanoseconds nvml_time_{0}, books_time_{0};
+  uint64_t nvml_ticks_ = 0, books_ticks_ = 0;
+};
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,78 @@
+// ViolationLog: counting per tenant, GPU and kind, the recent list, the rate-limited log
+// and the status/metrics renderings the operators see.
+#include "core/violation_log.h"
+
+#include <gtest/gtest.h>
+
+namespace fracgpu::broker {
+namespace {
+
+const std::string kUuid = "GPU-66726163-6770-7566-616b-656770750000";
+
+Violation unregistered(int32_t pid) {
+  return Violation{
+      "bypass",         0, kUuid, pid, ViolationKind::kUnregistered, 8ull << 30, "killed",
+      "pid holds 8 GiB"};
+}
+
+TEST(ViolationLog, CountsKeepsTheLastEightAndRendersTheStatus) {
+  ViolationLog log;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i)
+    log.record(unregistered(100 + i), std::chrono::system_clock::now(), t0);
+  log.record(Violation{"bypass", 0, kUuid, 0, ViolationKind::kLedger, 1, "repaired", "x"},
+             std::chrono::system_clock::now(), t0);
+  EXPECT_EQ(log.total("bypass"), 11u);
+  EXPECT_EQ(log.total("good"), 0u);
+  EXPECT_EQ(log.count("bypass", 0, ViolationKind::kUnregistered), 10u);
+  const auto j = log.tenant_json("bypass");
+  EXPECT_EQ(j["total"], 11);
+  EXPECT_EQ(j["by_kind"]["unregistered"], 10);
+  EXPECT_EQ(j["by_kind"]["ledger"], 1);
+  EXPECT_EQ(j["by_kind"]["over_cap"], 0);
+  ASSERT_EQ(j["recent"].size(), ViolationLog::kRecent);
+  const auto& last = j["recent"].back();
+  EXPECT_EQ(last["kind"], "ledger");
+  EXPECT_EQ(j["recent"][0]["pid"], 103);
+  for (const char* key : {"time", "pid", "gpu", "gpu_uuid", "kind", "bytes", "action", "detail"})
+    EXPECT_TRUE(last.contains(key)) << key;
+  EXPECT_EQ(last["time"].get<std::string>().size(), std::string("2026-01-01T00:00:00.000Z").size());
+  const auto none = log.tenant_json("good");
+  EXPECT_EQ(none["total"], 0);
+  EXPECT_TRUE(none["recent"].empty());
+  EXPECT_EQ(none["by_kind"].size(), kViolationKinds);
+}
+
+TEST(ViolationLog, TheLogIsRateLimitedPerTenant) {
+  ViolationLog log;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) log.record(unregistered(i), std::chrono::system_clock::now(), t0);
+  EXPECT_EQ(log.log_lines(), static_cast<uint64_t>(ViolationLog::kLogBurst));
+  EXPECT_EQ(log.total("bypass"), 50u) << "counting is never limited";
+  log.record(unregistered(1), std::chrono::system_clock::now(), t0 + ViolationLog::kLogWindow);
+  EXPECT_EQ(log.log_lines(), static_cast<uint64_t>(ViolationLog::kLogBurst) + 2)
+      << "one 'suppressed' line, then the violation";
+}
+
+TEST(ViolationLog, MetricsHaveHelpTypeAndAZeroForEveryTenantGpuAndKind) {
+  ViolationLog log;
+  log.record(unregistered(7));
+  std::ostringstream out;
+  log.write_metrics(out, {{"bypass", {{0, kUuid}}}, {"good", {{0, kUuid}}}});
+  const std::string text = out.str();
+  EXPECT_NE(text.find("# HELP fracgpu_audit_violations_total "), std::string::npos);
+  EXPECT_NE(text.find("# TYPE fracgpu_audit_violations_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("fracgpu_audit_violations_total{tenant=\"bypass\",gpu=\"0\",gpu_uuid=\"" +
+                      kUuid + "\",kind=\"unregistered\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fracgpu_audit_violations_total{tenant=\"good\",gpu=\"0\",gpu_uuid=\"" +
+                      kUuid + "\",kind=\"over_cap\"} 0\n"),
+            std::string::npos)
+      << text;
+  log.forget("bypass");
+  EXPECT_EQ(log.total("bypass"), 0u);
+}
+
+}  // namespace
+}  // namespace fracgpu::broker

@@ -1,0 +1,251 @@
+// TenantSession against a fake broker on a real Unix socket: registration speaks
+// protocol 2 and maps the ledger from the descriptor passed with the reply (the quota by
+// path, read-only), closes that descriptor, and keeps its mapping when it registers again
+// (after a broker restart, in a forked child) — closing the new descriptor, and refusing a
+// descriptor of another file. A reply without a descriptor is refused.
+#include "core/tenant_session.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "fracgpu/tenant_segment.h"
+
+namespace fracgpu {
+namespace {
+
+// A file of `size` zero bytes with a segment header, mapped until the test ends.
+template <class T>
+T* make_segment(const std::string& path, uint64_t magic) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::ftruncate(fd, sizeof(T)), 0);
+  auto* p = static_cast<T*>(::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ::close(fd);
+  EXPECT_NE(p, MAP_FAILED);
+  p->major = kSegmentMajor;
+  p->minor = kSegmentMinor;
+  p->size = sizeof(T);
+  p->magic = magic;
+  return p;
+}
+
+// How many of this process's descriptors are open on `path` (the mapping is not one),
+// once the fake broker's thread has closed its own copy (within a second).
+int descriptors_on(const std::string& path) {
+  int n = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      n += std::filesystem::read_symlink(e.path(), ec) == path;
+    }
+    if (n == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return n;
+}
+
+// One connection at a time; each request line gets `answer(line)`'s reply and, when it
+// names a file, a descriptor of that file opened read-write.
+class FakeBroker {
+ public:
+  struct Reply {
+    std::string line;
+    std::string fd_of;  // a path to pass as a descriptor, or ""
+  };
+  FakeBroker(const std::string& path, std::function<Reply(const std::string&)> answer)
+      : path_(path), answer_(std::move(answer)) {
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(listen_fd_, 8), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeBroker() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+  }
+  // What a broker restart does to its clients: their connection is hung up.
+  void hang_up() { hang_up_ = true; }
+  int registrations() const { return registrations_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      std::string in;
+      while (!stop_ && !hang_up_) {
+        pollfd c{client, POLLIN, 0};
+        if (::poll(&c, 1, 20) <= 0) continue;
+        char buf[1024];
+        const ssize_t n = ::read(client, buf, sizeof buf);
+        if (n <= 0) break;
+        in.append(buf, static_cast<std::size_t>(n));
+        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+          const std::string line = in.substr(0, nl);
+          in.erase(0, nl + 1);
+          if (line.find("register") != std::string::npos) ++registrations_;
+          send_reply(client, answer_(line));
+        }
+      }
+      hang_up_ = false;
+      ::close(client);
+    }
+  }
+  static void send_reply(int client, const Reply& r) {
+    const std::string text = r.line + "\n";
+    iovec data{const_cast<char*>(text.data()), text.size()};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    const int fd = r.fd_of.empty() ? -1 : ::open(r.fd_of.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+      message.msg_control = control;
+      message.msg_controllen = sizeof control;
+      cmsghdr* h = CMSG_FIRSTHDR(&message);
+      h->cmsg_level = SOL_SOCKET;
+      h->cmsg_type = SCM_RIGHTS;
+      h->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    }
+    EXPECT_EQ(::sendmsg(client, &message, MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+    if (fd >= 0) ::close(fd);
+  }
+
+  std::string path_;
+  std::function<Reply(const std::string&)> answer_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false}, hang_up_{false};
+  std::atomic<int> registrations_{0};
+  std::thread thread_;
+};
+
+class TenantSessionTest : public ::testing::Test {
+ protected:
+  TenantSessionTest() {
+    std::string pattern = "/tmp/fgts-XXXXXX";
+    dir_ = ::mkdtemp(pattern.data());
+    quota_ = make_segment<TenantQuota>(dir_ + "/quota", kQuotaMagic);
+    ledger_ = make_segment<TenantLedger>(dir_ + "/elsewhere-ledger", kLedgerMagic);
+    other_ledger_ = make_segment<TenantLedger>(dir_ + "/other-ledger", kLedgerMagic);
+  }
+  ~TenantSessionTest() override {
+    ::munmap(quota_, sizeof(TenantQuota));
+    ::munmap(ledger_, sizeof(TenantLedger));
+    ::munmap(other_ledger_, sizeof(TenantLedger));
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // The broker's answers: register -> slot `slot_`, the ledger in `ledger_file_`.
+  FakeBroker::Reply answer(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    requests_.push_back(line);
+    if (line.find("\"burst\"") != std::string::npos) return {R"({"ok":true,"grant":1})", ""};
+    return {R"({"ok":true,"protocol":2,"tenant":"t","slot":)" + std::to_string(slot_) +
+                R"(,"quota":"quota","ledger_fd":true})",
+            with_fd_ ? dir_ + "/" + ledger_file_ : ""};
+  }
+
+  std::string socket() const { return dir_ + "/broker.sock"; }
+
+  std::string dir_;
+  TenantQuota* quota_ = nullptr;
+  TenantLedger *ledger_ = nullptr, *other_ledger_ = nullptr;
+  std::mutex mutex_;
+  std::vector<std::string> requests_;
+  int slot_ = 3;
+  std::string ledger_file_ = "elsewhere-ledger";
+  bool with_fd_ = true;
+};
+
+TEST_F(TenantSessionTest, MapsTheLedgerFromThePassedDescriptorAndClosesIt) {
+  FakeBroker broker(socket(), [this](const std::string& l) { return answer(l); });
+  TenantSession session;
+  std::string error;
+  ASSERT_TRUE(session.attach(socket(), 2000, &error)) << error;
+  EXPECT_EQ(requests_.at(0), R"({"op":"register","protocol":2})");
+  EXPECT_EQ(session.slot(), 3u);
+  EXPECT_EQ(session.tenant(), "t");
+  // The mapping is the broker's ledger file, though no path to it was ever given.
+  session.ledger_map()->devices[0].used.store(12345);
+  EXPECT_EQ(ledger_->devices[0].used.load(), 12345u);
+  EXPECT_NE(session.quota(), nullptr);
+  EXPECT_EQ(descriptors_on(dir_ + "/elsewhere-ledger"), 0);  // mapped, its descriptor closed
+}
+
+TEST_F(TenantSessionTest, ReRegistrationAfterABrokerRestartKeepsTheMapping) {
+  FakeBroker broker(socket(), [this](const std::string& l) { return answer(l); });
+  TenantSession session;
+  std::string error;
+  ASSERT_TRUE(session.attach(socket(), 2000, &error)) << error;
+  TenantLedger* mapped = session.ledger_map();
+  broker.hang_up();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(session.request_burst(0, 1, &error)) << error;
+  EXPECT_EQ(broker.registrations(), 2);
+  EXPECT_EQ(session.ledger_map(), mapped);
+  EXPECT_EQ(session.slot(), 3u);
+  EXPECT_EQ(descriptors_on(dir_ + "/elsewhere-ledger"), 0);  // the new descriptor was closed
+}
+
+TEST_F(TenantSessionTest, AForkedChildRegistersItsOwnSlotOverTheSameMapping) {
+  FakeBroker broker(socket(), [this](const std::string& l) { return answer(l); });
+  TenantSession session;
+  std::string error;
+  ASSERT_TRUE(session.attach(socket(), 2000, &error)) << error;
+  TenantLedger* mapped = session.ledger_map();
+  session.forget_parent_after_fork();  // as in the child (here: the same process)
+  EXPECT_TRUE(session.needs_registration());
+  slot_ = 7;
+  ASSERT_TRUE(session.register_forked_child(&error)) << error;
+  EXPECT_FALSE(session.needs_registration());
+  EXPECT_EQ(session.slot(), 7u);
+  EXPECT_EQ(session.ledger_map(), mapped);
+  EXPECT_EQ(descriptors_on(dir_ + "/elsewhere-ledger"), 0);
+}
+
+TEST_F(TenantSessionTest, ADescriptorOfAnotherLedgerOnReRegistrationIsRefused) {
+  FakeBroker broker(socket(), [this](const std::string& l) { return answer(l); });
+  TenantSession session;
+  std::string error;
+  ASSERT_TRUE(session.attach(socket(), 2000, &error)) << error;
+  ledger_file_ = "other-ledger";
+  session.forget_parent_after_fork();
+  EXPECT_FALSE(session.register_forked_child(&error));
+  EXPECT_NE(error.find("another ledger file"), std::string::npos) << error;
+}
+
+TEST_F(TenantSessionTest, AReplyWithoutTheDescriptorIsRefused) {
+  with_fd_ = false;
+  FakeBroker broker(socket(), [this](const std::string& l) { return answer(l); });
+  TenantSession session;
+  std::string error;
+  EXPECT_FALSE(session.attach(socket(), 2000, &error));
+  EXPECT_FALSE(session.attached());
+  EXPECT_NE(error.find("without the ledger descriptor"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace fracgpu
