@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/unix_socket.h"
 #include "fracgpu/futex_word.h"
 #include "fracgpu/monotonic_clock.h"
 
@@ -128,7 +129,8 @@ Status ComputeService::start() {
 }
 
 Status ComputeService::open_doorbell(TenantLink& link, const std::filesystem::path& dir,
-                                     const std::string& name) {
+                                     const TenantSpec& spec) {
+  const std::string& name = spec.name;
   const std::string path = (dir / "doorbell").string();
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path))
@@ -139,11 +141,18 @@ Status ComputeService::open_doorbell(TenantLink& link, const std::filesystem::pa
   ::unlink(path.c_str());  // left by an earlier broker
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::chmod(path.c_str(), 0666) != 0) {
+  // The doorbell carries no data, but a ring costs the broker a scheduling pass: it gets
+  // the tenant socket's access (its owners only), never a world-writable mode.
+  const SocketAccess access = socket_access(spec);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
     return Status::failure("cannot bind " + path + ": " + why);
+  }
+  if (auto s = set_socket_access(path, access.mode, access.owner); !s) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Status::failure("cannot set the access of " + path + ": " + s.error());
   }
   link.doorbell_fd = fd;
   link.doorbell_id = loop_.add(fd, EPOLLIN, [this, fd](uint32_t) {
@@ -182,7 +191,7 @@ void ComputeService::sync_tenant(Tenant& t, std::unique_ptr<TenantLink>& link, i
   if (!link) {
     link = std::make_unique<TenantLink>();
     link->tenant = &t;
-    if (auto s = open_doorbell(*link, t.dir, t.spec.name); !s)
+    if (auto s = open_doorbell(*link, t.dir, t.spec); !s)
       spdlog::error("tenant {}: {}; its launches will pass unscheduled", t.spec.name, s.error());
   }
   const std::size_t count = std::min(t.spec.devices.size(), kMaxDevices);

@@ -39,7 +39,7 @@ class ComputeService {
   struct TenantLink;
   void run();
   void arm(int64_t deadline);
-  Status open_doorbell(TenantLink& link, const std::filesystem::path& dir, const std::string& name);
+  Status open_doorbell(TenantLink& link, const std::filesystem::path& dir, const TenantSpec& spec);
   void close_link(TenantLink& link);
   void unschedule(uint32_t gpu, const std::string& name);
   void forget(const std::string& name, TenantLink& link);

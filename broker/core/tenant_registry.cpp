@@ -225,6 +225,13 @@ Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
     if (auto s = set_socket_access(tenant->socket_path(), access.mode, access.owner); !s)
       spdlog::warn("tenant {}: new owners, but the socket file keeps its old access: {}",
                    tenant->spec.name, s.error());
+    const auto doorbell = tenant->dir / "doorbell";  // the compute service's, same access
+    std::error_code ec;
+    if (std::filesystem::is_socket(doorbell, ec)) {
+      if (auto s = set_socket_access(doorbell, access.mode, access.owner); !s)
+        spdlog::warn("tenant {}: new owners, but the doorbell keeps its old access: {}",
+                     tenant->spec.name, s.error());
+    }
   }
   return tenant;
 }
