@@ -74,7 +74,7 @@ int run(const Options& o, int interval_ms, int port) {
   fracgpu::client::Environment env = fracgpu::client::current_environment();
   const std::string shm = "/fracgpu-audit-bench-" + std::to_string(::getpid());
   env["FAKECUDA_SHM_NAME"] = shm;
-  env["FAKECUDA_MEMORY"] = "64GiB";
+  env["FAKECUDA_MEMORY"] = "128GiB";
   env["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
   fracgpu::client::BrokerLaunch launch;
   launch.program = {o.broker};
@@ -98,7 +98,7 @@ int run(const Options& o, int interval_ms, int port) {
     auto r = admin->call({{"op", "create"},
                           {"tenant",
                            {{"name", "t" + std::to_string(i)},
-                            {"devices", {{{"gpu", 0}, {"memory_limit", 256ull << 20}}}}}}});
+                            {"devices", {{{"gpu", 0}, {"memory_limit", 1ull << 30}}}}}}});
     if (!r) return std::fprintf(stderr, "create: %s\n", r.error().c_str()), 1;
   }
   std::vector<pid_t> holders;
@@ -108,7 +108,9 @@ int run(const Options& o, int interval_ms, int port) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("LD_PRELOAD", o.shim.c_str(), 1);
-      ::setenv("FRACGPU_REAL_DRIVER", o.driver.c_str(), 1);
+      // A path names the simulated driver; a bare name is the system's, found by the shim.
+      if (o.driver.find('/') != std::string::npos)
+        ::setenv("FRACGPU_REAL_DRIVER", o.driver.c_str(), 1);
       ::setenv("FRACGPU_SOCKET", socket.c_str(), 1);
       ::setenv("FAKECUDA_SHM_NAME", shm.c_str(), 1);
       ::execl(o.alloc_client.c_str(), o.alloc_client.c_str(), "hold", "--bytes", "67108864",

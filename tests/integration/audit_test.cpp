@@ -468,6 +468,41 @@ TEST_F(AuditTest, AZeroedLedgerIsRepairedFlaggedAndItsBurstRefused) {
   EXPECT_TRUE(holder.running());
 }
 
+// The books check's residual risk, closed by the NVML audit: a tenant that lowers its
+// counter AND its slot consistently leaves books that add up, but the driver still sees
+// what its process really holds.
+TEST_F(AuditTest, BooksZeroedConsistentlyAreCaughtByTheNvmlAudit) {
+  start_audited_broker("log");
+  create_tenant("sly", "2GiB");
+  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(512 * kMiB)},
+                           tenant_env("sly"), dir_.path() + "/sly");
+  ASSERT_EQ(
+      holder.wait_until_ready(
+          [&] { return tenant("sly")["devices"][0].value("memory_used", 0ull) == 576 * kMiB; },
+          std::chrono::seconds(10)),
+      "");
+  std::this_thread::sleep_for(milliseconds(700));  // audited while the books are straight
+  ASSERT_EQ(violations("sly"), 0u) << tenant("sly").dump();
+  const uint32_t slot = tenant("sly")["processes"][0]["slot"];
+  TenantLedger* ledger = map_rw<TenantLedger>(ledger_path("sly"));
+  ASSERT_NE(ledger, nullptr);
+  const auto tampered = Clock::now();
+  ledger->processes[slot].used[0].store(0);  // the holder is idle: no operation in flight
+  ledger->devices[0].used.store(0);
+  json v;
+  while (Clock::now() - tampered < milliseconds(3000)) {
+    v = tenant("sly")["violations"];
+    if (v["by_kind"]["books"] == 1) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_LE(std::chrono::duration_cast<milliseconds>(Clock::now() - tampered).count(), 1000);
+  EXPECT_EQ(v["by_kind"]["books"], 1) << v.dump();
+  EXPECT_EQ(v["by_kind"]["ledger"], 0) << "consistent books pass the books check: " << v.dump();
+  EXPECT_EQ(v["recent"][0]["pid"], holder.pid());
+  EXPECT_EQ(v["recent"][0]["bytes"], 576 * kMiB);
+  munmap(ledger, sizeof(TenantLedger));
+}
+
 TEST_F(AuditTest, ARaisedQuotaLimitIsRestoredAndReported) {
   start_broker({});
   create_tenant("greedy", "1GiB");
