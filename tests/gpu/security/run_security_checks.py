@@ -252,11 +252,12 @@ def bypass_attempt(b, phase, name, action_kill, route):
         b.row(phase, "bypass process killed <= 1 s", gone is not None and gone <= 1.0,
               "still alive after 5 s" if gone is None else f"{gone:.2f} s")
     b.finish(p, 20)
-    b.finish(comp, 30)
+    # Asked while the competitor still runs (its tenant goes away with its `fracgpu run`).
     others = [t for t in b.status().get("tenants", []) if t.get("name") != name]
     b.row(phase, "competitor has no violations",
-          all(t.get("violations", {}).get("total", 0) == 0 for t in others),
+          bool(others) and all(t.get("violations", {}).get("total", 0) == 0 for t in others),
           f"{len(others)} other tenant(s)")
+    b.finish(comp, 30)
 
 
 def bypass_absolute_path(b):
