@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/spare_descriptor.h"
+#include "fracgpu/descriptor_passing.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
@@ -166,19 +167,8 @@ void LineServer::send(Peer& peer, const nlohmann::json& reply) {
 ssize_t LineServer::send_some(Peer& peer) {
   if (peer.pending_fd < 0)
     return ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  iovec data{peer.out.data(), peer.out.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* header = CMSG_FIRSTHDR(&message);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &peer.pending_fd, sizeof(int));
-  const ssize_t n = ::sendmsg(peer.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t n = descriptor_passing::send_with(peer.fd, peer.out.data(), peer.out.size(),
+                                                  peer.pending_fd, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0) {
     ::close(peer.pending_fd);
     peer.pending_fd = -1;

@@ -14,6 +14,7 @@
 #include <new>
 #include <thread>
 
+#include "fracgpu/descriptor_passing.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu {
@@ -154,28 +155,7 @@ bool BrokerConnection::send_all(const std::string& data, int timeout_ms, std::st
 // One recvmsg(2): data into `chunk`, and a passed descriptor (if any) into *received_fd,
 // or closed when the caller did not ask for one or already has one.
 ssize_t BrokerConnection::receive_chunk(char* chunk, std::size_t size, int* received_fd) {
-  iovec data{chunk, size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  const ssize_t n = ::recvmsg(fd_, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  for (cmsghdr* h = CMSG_FIRSTHDR(&message); n >= 0 && h != nullptr; h = CMSG_NXTHDR(&message, h)) {
-    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t count = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < count; ++i) {
-      int passed = -1;
-      std::memcpy(&passed, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-      if (received_fd != nullptr && *received_fd < 0) {
-        *received_fd = passed;
-      } else {
-        ::close(passed);
-      }
-    }
-  }
-  return n;
+  return descriptor_passing::receive_with(fd_, chunk, size, received_fd, MSG_DONTWAIT);
 }
 
 std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::string* error,

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/ledger_ops.h"
+#include "fracgpu/descriptor_passing.h"
 #include "fracgpu/paths.h"
 
 extern char** environ;
@@ -84,19 +85,8 @@ std::optional<std::string> read_line_with_fd(int fd, std::string& buffer,
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0)
       return std::nullopt;
     char chunk[4096];
-    iovec data{chunk, sizeof chunk};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+    const ssize_t n = fracgpu::descriptor_passing::receive_with(fd, chunk, sizeof chunk, passed, 0);
     if (n <= 0) return std::nullopt;
-    for (cmsghdr* h = CMSG_FIRSTHDR(&message); h != nullptr; h = CMSG_NXTHDR(&message, h)) {
-      if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && *passed < 0)
-        std::memcpy(passed, CMSG_DATA(h), sizeof(int));
-    }
     buffer.append(chunk, static_cast<std::size_t>(n));
   }
   return read_line(fd, buffer, timeout);

@@ -24,6 +24,7 @@
 
 #include "broker_fixture.h"
 #include "client/admin_client.h"
+#include "fracgpu/descriptor_passing.h"
 #include "test_user.h"
 
 namespace fracgpu::testing {
@@ -108,22 +109,12 @@ std::string try_register(const std::string& socket_path) {
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   char buf[4096];
-  iovec data{buf, sizeof buf};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  const ssize_t n = ::recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+  int passed = -1;
+  const ssize_t n = fracgpu::descriptor_passing::receive_with(fd, buf, sizeof buf, &passed, 0);
   std::string out = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "no reply";
-  for (cmsghdr* h = CMSG_FIRSTHDR(&message); n > 0 && h != nullptr; h = CMSG_NXTHDR(&message, h)) {
-    if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
-      int passed = -1;
-      std::memcpy(&passed, CMSG_DATA(h), sizeof passed);
-      ::close(passed);
-      out += " +fd";
-    }
+  if (passed >= 0) {
+    ::close(passed);
+    out += " +fd";
   }
   ::close(fd);
   return out;

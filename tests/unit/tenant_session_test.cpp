@@ -21,6 +21,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fracgpu/descriptor_passing.h"
 #include "fracgpu/tenant_segment.h"
 
 namespace fracgpu {
@@ -114,22 +115,11 @@ class FakeBroker {
   }
   static void send_reply(int client, const Reply& r) {
     const std::string text = r.line + "\n";
-    iovec data{const_cast<char*>(text.data()), text.size()};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     const int fd = r.fd_of.empty() ? -1 : ::open(r.fd_of.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-      message.msg_control = control;
-      message.msg_controllen = sizeof control;
-      cmsghdr* h = CMSG_FIRSTHDR(&message);
-      h->cmsg_level = SOL_SOCKET;
-      h->cmsg_type = SCM_RIGHTS;
-      h->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(h), &fd, sizeof fd);
-    }
-    EXPECT_EQ(::sendmsg(client, &message, MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+    const ssize_t sent = fd >= 0 ? fracgpu::descriptor_passing::send_with(
+                                       client, text.data(), text.size(), fd, MSG_NOSIGNAL)
+                                 : ::send(client, text.data(), text.size(), MSG_NOSIGNAL);
+    EXPECT_EQ(sent, static_cast<ssize_t>(text.size()));
     if (fd >= 0) ::close(fd);
   }
 
