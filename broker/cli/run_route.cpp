@@ -1,16 +1,7 @@
 // The route of `fracgpu run` (see run_route.h). One stat at start-up; nothing else.
 #include "cli/run_route.h"
 
-#include <sys/stat.h>
-
 namespace fracgpu::cli {
-
-std::optional<uid_t> node_broker_uid(const std::filesystem::path& run_dir) {
-  struct stat st {};
-  const std::filesystem::path lock = run_dir / "broker.lock";
-  if (::stat(lock.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return st.st_uid;
-}
 
 RunRouteChoice choose_run_route(const RunSituation& s) {
   if (s.joining) {

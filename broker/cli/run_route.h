@@ -1,20 +1,19 @@
 // Where `fracgpu run` takes its tenant from (issue 12, item 3: it never starts a private
 // broker where a node broker runs). The node broker is recognised by its lock file,
 // <run dir>/broker.lock, which the broker creates on start and which outlives a restart —
-// the same fact the shim reads (interpose/core/shim_config.h), so the CLI never sets up
-// what the shim would then refuse. The choice itself is a pure function of what was found.
+// the same fact the shim reads, through the same function (fracgpu/node_broker.h), so the
+// CLI never sets up what the shim would then refuse. The choice itself is a pure function of what
+// was found.
 #pragma once
 
 #include <sys/types.h>
 
-#include <filesystem>
 #include <optional>
 #include <string>
 
-namespace fracgpu::cli {
+#include "fracgpu/node_broker.h"
 
-// A broker has served `run_dir` (its broker.lock is a regular file): its uid, the file's owner.
-std::optional<uid_t> node_broker_uid(const std::filesystem::path& run_dir);
+namespace fracgpu::cli {
 
 enum class RunRoute {
   kJoinTenant,     // --tenant NAME: register on the existing tenant's socket, no admin call

@@ -47,7 +47,7 @@ Broker::~Broker() {
 Status Broker::lock_run_dir() {
   std::error_code ec;
   std::filesystem::create_directories(options_.run_dir, ec);
-  const std::string path = options_.run_dir + "/broker.lock";
+  const std::string path = options_.run_dir + "/" + paths::kBrokerLockName;
   lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd_ < 0) return Status::failure("cannot open " + path + ": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {

@@ -28,8 +28,9 @@ namespace fracgpu::paths {
 inline constexpr const char* kRunDir = "/run/fracgpu";        // --run-dir / FRACGPU_RUN_DIR default
 inline constexpr const char* kStateDir = "/var/lib/fracgpu";  // the broker's --state-dir default
 inline constexpr const char* kAdminSocketName = "admin.sock";
-inline constexpr const char* kTenantsDirName = "tenants";  // tenants with owners
-inline constexpr const char* kPodsDirName = "pods";        // tenants without owners
+inline constexpr const char* kBrokerLockName = "broker.lock";  // see fracgpu/node_broker.h
+inline constexpr const char* kTenantsDirName = "tenants";      // tenants with owners
+inline constexpr const char* kPodsDirName = "pods";            // tenants without owners
 inline constexpr const char* kLedgersDirName = "ledgers";
 inline constexpr const char* kTenantSocketName = "broker.sock";
 inline constexpr const char* kDefaultTenantSocket =

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "fracgpu/node_broker.h"
+
 namespace fracgpu {
 namespace {
 
@@ -112,8 +114,7 @@ NodeFacts read_node_facts(const NodePaths& paths, const std::string& self_path) 
   NodeFacts facts;
   struct stat st {};
   facts.pod_socket = ::stat(paths.default_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-  const std::string lock = paths.run_dir + "/broker.lock";
-  if (::stat(lock.c_str(), &st) == 0 && S_ISREG(st.st_mode)) facts.node_broker_uid = st.st_uid;
+  facts.node_broker_uid = node_broker_uid(paths.run_dir);
   if (!self_path.empty() && ::access(paths.preload_file.c_str(), F_OK) == 0)
     facts.preloaded_by_node =
         preload_names(read_small_file(paths.preload_file), real_path(self_path));
