@@ -202,6 +202,18 @@ json register_request() {
   return {{"op", "register"}, {"protocol", protocol::kVersion}};
 }
 
+// A process can register on `socket` again within `limit` (after a flood, the listener
+// resumes once its pause or backoff is over).
+bool registers_within(const std::filesystem::path& socket, milliseconds limit) {
+  return wait_until(
+      [&] {
+        LineClient client(socket);
+        auto reply = client.request(register_request());
+        return reply && reply->value("ok", false);
+      },
+      limit);
+}
+
 // Root's admin request: must answer ok within a second.
 ::testing::AssertionResult admin_answers_fast(BrokerProcess& broker, const json& request) {
   const auto start = Clock::now();
@@ -530,14 +542,7 @@ TEST_F(SocketLimitsTest, NearTheDescriptorLimitAFloodIsRefusedCheaply) {
   EXPECT_LT(lines, 50u) << log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
 
   // The flood is over: the tenant's socket works again.
-  ASSERT_TRUE(wait_until(
-      [&] {
-        LineClient client(*socket);
-        auto reply = client.request(register_request());
-        return reply && reply->value("ok", false);
-      },
-      seconds(5)))
-      << broker_.log();
+  ASSERT_TRUE(registers_within(*socket, seconds(5))) << broker_.log();
   EXPECT_TRUE(broker_.alive());
 }
 
@@ -602,14 +607,7 @@ TEST_F(SocketLimitsTest, AtEmfileTheBrokerBacksOffAndRootKeepsControl) {
   // Descriptors free again (the flood is gone, the limit back): the tenant socket
   // resumes within its backoff.
   ASSERT_TRUE(set_descriptor_limit(broker_.pid(), 20000));
-  ASSERT_TRUE(wait_until(
-      [&] {
-        LineClient client(*socket);
-        auto reply = client.request(register_request());
-        return reply && reply->value("ok", false);
-      },
-      seconds(5)))
-      << broker_.log();
+  ASSERT_TRUE(registers_within(*socket, seconds(5))) << broker_.log();
   EXPECT_TRUE(admin_answers_fast(broker_, {{"op", "list"}}));
   EXPECT_TRUE(broker_.alive());
 }
