@@ -40,6 +40,7 @@ TenantPolicies* tenant() noexcept;
 
 #define FRACGPU_BODY_FORWARD(symbol, pfn, locator)
 #define FRACGPU_BODY_GATED(symbol, pfn, locator)
+#define FRACGPU_BODY_RESIDENT(symbol, pfn, locator)
 #define FRACGPU_BODY_BODY(symbol, pfn, locator) \
   template <>                                   \
   struct HookBody<HookId::symbol> {             \
@@ -51,6 +52,7 @@ TenantPolicies* tenant() noexcept;
 #undef FRACGPU_HOOK
 #undef FRACGPU_BODY_FORWARD
 #undef FRACGPU_BODY_GATED
+#undef FRACGPU_BODY_RESIDENT
 #undef FRACGPU_BODY_BODY
 
 }  // namespace fracgpu::shim

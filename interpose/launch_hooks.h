@@ -58,7 +58,11 @@ struct GatedBody {
     if (policies == nullptr) return real(args...);
     constexpr bool per_thread = hook_info(Id).per_thread_stream;
     const CUstream stream = Locator::get(args...);
-    auto submit = [&] { return real(args...); };
+    // Memory the shim moved to host comes back before anything can touch it.
+    auto submit = [&] {
+      SwapEngine::Section resident(policies->swap);
+      return real(args...);
+    };
     if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
       return policies->launch_graph<Locator::kFenced>(std::get<0>(std::tuple<Args...>(args...)),
                                                       stream, per_thread, submit);
@@ -68,11 +72,25 @@ struct GatedBody {
   }
 };
 
+// A RESIDENT row (synchronous copies and memsets): no compute gate, only the swap section.
+struct ResidentBody {
+  template <typename Real, typename... Args>
+  static CUresult call(Real real, Args... args) noexcept {
+    TenantPolicies* policies = tenant();
+    if (policies == nullptr) return real(args...);
+    SwapEngine::Section resident(policies->swap);
+    return real(args...);
+  }
+};
+
 #define FRACGPU_GATED_FORWARD(symbol, pfn, locator)
 #define FRACGPU_GATED_BODY(symbol, pfn, locator)
 #define FRACGPU_GATED_GATED(symbol, pfn, locator) \
   template <>                                     \
   struct HookBody<HookId::symbol> : GatedBody<HookId::symbol, locator> {};
+#define FRACGPU_GATED_RESIDENT(symbol, pfn, locator) \
+  template <>                                        \
+  struct HookBody<HookId::symbol> : ResidentBody {};
 #define FRACGPU_HOOK(symbol, base, version, pt, kind) \
   FRACGPU_HOOK_KIND(FRACGPU_GATED, symbol, -, kind)
 #include "tables/hooks.def"
@@ -80,5 +98,6 @@ struct GatedBody {
 #undef FRACGPU_GATED_FORWARD
 #undef FRACGPU_GATED_BODY
 #undef FRACGPU_GATED_GATED
+#undef FRACGPU_GATED_RESIDENT
 
 }  // namespace fracgpu::shim

@@ -10,7 +10,7 @@ namespace fracgpu::shim {
 CUresult HookBody<HookId::cuMemAlloc_v2>::call(PFN_cuMemAlloc_v3020 real, CUdeviceptr* dptr,
                                                size_t bytes) noexcept {
   TenantPolicies* t = tenant();
-  return t ? t->memory.allocate("cuMemAlloc", dptr, bytes, [&] { return real(dptr, bytes); })
+  return t ? t->memory.allocate_device(dptr, bytes, [&] { return real(dptr, bytes); })
            : real(dptr, bytes);
 }
 

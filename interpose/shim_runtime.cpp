@@ -60,6 +60,7 @@ void tenant_after_fork_in_child() {
   g_tenancy->session.forget_parent_after_fork();
   CaptureTracker::process().reset_after_fork();
   g_tenancy->policies->compute.after_fork_in_child();
+  g_tenancy->policies->swap.after_fork_in_child();
 }
 
 // Registers with the tenant's broker at `socket_path` and sets up the policies. A process

@@ -10,7 +10,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config python3 python3-yaml binutils
   libboost-dev libspdlog-dev libfmt-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  libcli11-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev
+  prometheus python3-matplotlib
   curl ca-certificates
 )
 # Node.js and npm run the Kubernetes manifests' schema check. Debian's packages only where

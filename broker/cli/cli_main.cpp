@@ -12,6 +12,7 @@
 #include "cli/run_command.h"
 #include "cli/status_command.h"
 #include "cli/tenant_commands.h"
+#include "cli/top_command.h"
 #include "core/broker.h"
 #include "fracgpu/paths.h"
 
@@ -94,6 +95,7 @@ void define_set_and_top(CLI::App& app, Commands& c) {
   c.top_cmd->add_option("--interval", c.top.interval,
                         "Seconds between refreshes, 0.1-3600 (default 1)");
   c.top_cmd->add_option("--count", c.top.count, "Stop after N refreshes (default: until Ctrl-C)");
+  c.top_cmd->add_flag("--once", c.top.once, "Print one frame and exit (for scripts)");
 }
 
 int dispatch(Commands& c) {

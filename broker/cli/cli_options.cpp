@@ -88,6 +88,11 @@ Result<json> common_fields(const QuotaFlags& f, bool partial) {
           "whenever it has work (leave the ceiling out, or give --compute-limit none)");
     }
   }
+  if (!f.swap.empty()) {
+    if (f.swap != "allow" && f.swap != "never")
+      return Result<json>::failure("--swap must be allow or never, not \"" + f.swap + "\"");
+    d["swap"] = f.swap;
+  }
   return d;
 }
 
@@ -120,6 +125,10 @@ void add_quota_flags(CLI::App& app, QuotaFlags& f, QuotaCommand command) {
                  "Hard compute ceiling, 1-100% of the GPU, or none (default none), or per device: "
                  "0=50,1=none");
   app.add_option("--priority", f.priority, "high, normal or low (default normal)");
+  app.add_option("--swap", f.swap,
+                 "allow: the broker may move this tenant's memory to host memory when a "
+                 "guaranteed tenant needs the GPU's memory or this one is idle; never (default): "
+                 "its memory stays on the GPU");
 }
 
 Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {

@@ -29,6 +29,7 @@ struct QuotaFlags {
   std::string compute;
   std::string compute_limit;
   std::string priority;
+  std::string swap;  // allow | never
   // A GPU without a --memory value, when a tenant is created: false = refused (`tenant
   // create`), true = its cap is the GPU's memory that no other tenant is guaranteed, as the
   // broker counts it at admission ("memory_limit":"available"), and its request 0 unless

@@ -1,23 +1,14 @@
-// Table rendering for status, top and tenant list. Columns are sized to their content
-// so the output stays aligned for any tenant name length; with tenant names of up to
-// 12 characters every table fits in 100 columns.
+// The status document (fetch_status) and its tables for status and tenant list.
+// Columns are sized to their content so the output stays aligned for any tenant name
+// length; with tenant names of up to 12 characters every table fits in 100 columns.
 #include "cli/status_command.h"
 
-#include <signal.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,7 +25,7 @@ namespace {
 
 using broker::format_size;
 using nlohmann::json;
-using Row = std::vector<std::string>;
+using Row = TableRow;
 
 std::string render(const std::vector<Row>& rows) {
   std::vector<std::size_t> width;
@@ -60,18 +51,6 @@ std::string size_of(const json& d, const char* key) {
 
 std::string count_of(const json& d, const char* key) {
   return d.contains(key) && d[key].is_number() ? std::to_string(d[key].get<uint64_t>()) : "-";
-}
-
-Result<json> fetch_list(const std::string& run_dir) {
-  auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
-  if (!client && client::admin_access_denied(client.error()))
-    return Result<json>::failure(client.error());
-  if (!client) {
-    return Result<json>::failure("no fracgpu broker answers at " +
-                                 client::admin_socket_path(run_dir).string() +
-                                 " (start one with: fracgpu broker, or set --run-dir)");
-  }
-  return client->call({{"op", "list"}});
 }
 
 std::string text_of(const json& d, const char* key) {
@@ -136,18 +115,28 @@ bool has_number(const json& d, const char* key) {
   return d.contains(key) && d[key].is_number();
 }
 
-std::string one_decimal(double value) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", value);
-  return buf;
-}
-
 }  // namespace
 
-std::string promised_share(const json& reply, const json& device) {
-  if (!has_number(device, "compute") || !has_number(device, "gpu")) return "-";
+Result<json> fetch_status(const std::string& run_dir) {
+  auto client = AdminClient::connect(run_dir, std::chrono::seconds(5));
+  if (!client && client::admin_access_denied(client.error()))
+    return Result<json>::failure(client.error());
+  if (!client) {
+    return Result<json>::failure("no fracgpu broker answers at " +
+                                 client::admin_socket_path(run_dir).string() +
+                                 " (start one with: fracgpu broker, or set --run-dir)");
+  }
+  auto reply = client->call({{"op", "list"}});
+  if (!reply) return reply;
+  reply->erase("ok");
+  (*reply)["api_version"] = kStatusApiVersion;
+  return reply;
+}
+
+std::optional<double> promised_fraction(const json& reply, const json& device) {
+  if (!has_number(device, "compute") || !has_number(device, "gpu")) return std::nullopt;
   const std::string prio = priority_of(device);
-  if (prio == "high") return "prio";
+  if (prio == "high") return std::nullopt;
   const uint64_t gpu = device["gpu"].get<uint64_t>();
   uint64_t sum = 0;
   for (const auto& t : reply.value("tenants", json::array())) {
@@ -159,8 +148,15 @@ std::string promised_share(const json& reply, const json& device) {
     }
   }
   const uint64_t weight = device["compute"].get<uint64_t>();
-  if (sum == 0 || weight == 0) return "-";
-  return percent(100.0 * static_cast<double>(weight) / static_cast<double>(sum));
+  if (sum == 0 || weight == 0) return std::nullopt;
+  return static_cast<double>(weight) / static_cast<double>(sum);
+}
+
+std::string promised_share(const json& reply, const json& device) {
+  if (!has_number(device, "compute") || !has_number(device, "gpu")) return "-";
+  if (priority_of(device) == "high") return "prio";
+  const auto fraction = promised_fraction(reply, device);
+  return fraction ? percent(100.0 * *fraction) : "-";
 }
 
 std::string format_status_table(const json& reply) {
@@ -217,7 +213,7 @@ std::string format_status_table(const json& reply) {
   return out;
 }
 
-std::string format_tenant_table(const json& reply, const std::string& only_tenant) {
+std::vector<TableRow> tenant_table_rows(const json& reply, const std::string& only_tenant) {
   std::vector<Row> rows{{"TENANT", "GPU", "PROCS", "USED", "LIMIT", "WEIGHT", "SHARE", "CEIL",
                          "PRIO", "MEASURED", "GPU-TIME", "STATE"}};
   for (const auto& t : reply.value("tenants", json::array())) {
@@ -230,58 +226,31 @@ std::string format_tenant_table(const json& reply, const std::string& only_tenan
                       text_of(d, "compute_state")});
     }
   }
+  return rows;
+}
+
+std::string render_table(const std::vector<TableRow>& rows) {
+  return render(rows);
+}
+
+std::string format_tenant_table(const json& reply, const std::string& only_tenant) {
+  const auto rows = tenant_table_rows(reply, only_tenant);
   return rows.size() > 1 ? render(rows) : "no tenants\n";
 }
 
-std::string format_top_frame(const json& reply, const std::string& clock, double interval_s) {
-  char head[160];
-  std::snprintf(head, sizeof head, "fracgpu top  %s  every %gs  (Ctrl-C quits)\n", clock.c_str(),
-                interval_s);
-  std::string out = head;
-  const json tenants = reply.value("tenants", json::array());
-  const json gpus = reply.value("gpus", json::array());
-  if (gpus.empty()) out += "no GPU\n";
-  for (const auto& g : gpus) {
-    const uint64_t index = has_number(g, "index") ? g["index"].get<uint64_t>() : 0;
-    uint64_t used = 0;
-    double busy = 0;
-    bool measured = false;
-    unsigned count = 0;
-    for (const auto& t : tenants) {
-      for (const auto& d : t.value("devices", json::array())) {
-        if (!has_number(d, "gpu") || d["gpu"].get<uint64_t>() != index) continue;
-        ++count;
-        if (has_number(d, "memory_used")) used += d["memory_used"].get<uint64_t>();
-        if (has_number(d, "compute_measured_share")) {
-          busy += d["compute_measured_share"].get<double>();
-          measured = true;
-        }
-      }
-    }
-    char line[256];
-    std::snprintf(line, sizeof line, "GPU %llu  %s  memory %s of %s  %u tenant%s  busy %s\n",
-                  static_cast<unsigned long long>(index), g.value("name", "").c_str(),
-                  format_size(used).c_str(), size_of(g, "memory_capacity").c_str(), count,
-                  count == 1 ? "" : "s", measured ? one_decimal(busy * 100.0).c_str() : "-");
-    out += line;
-  }
-  return out + "\n" + format_tenant_table(reply);
-}
-
 int show_status(const std::string& run_dir, bool as_json) {
-  auto reply = fetch_list(run_dir);
+  auto reply = fetch_status(run_dir);
   if (!reply) {
     std::fprintf(stderr, "fracgpu: %s\n", reply.error().c_str());
     return 1;
   }
-  reply->erase("ok");
   std::fputs(as_json ? (reply->dump(2) + "\n").c_str() : format_status_table(*reply).c_str(),
              stdout);
   return 0;
 }
 
 int list_tenants(const std::string& run_dir) {
-  auto reply = fetch_list(run_dir);
+  auto reply = fetch_status(run_dir);
   if (!reply) {
     std::fprintf(stderr, "fracgpu: %s\n", reply.error().c_str());
     return 1;
@@ -298,98 +267,6 @@ int list_tenants(const std::string& run_dir) {
                     t.value("socket", "")});
   }
   std::fputs(rows.size() > 1 ? render(rows).c_str() : "no tenants\n", stdout);
-  return 0;
-}
-
-Result<TopSettings> parse_top_options(const TopFlags& flags) {
-  TopSettings settings;
-  {
-    const std::string& text = flags.interval;
-    char* end = nullptr;
-    errno = 0;
-    const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-    if (text.empty() || errno != 0 || end == nullptr || *end != '\0' || !std::isfinite(v) ||
-        v < 0.1 || v > 3600) {
-      return Result<TopSettings>::failure(
-          "--interval '" + text.substr(0, 40) +
-          "' must be a number of seconds from 0.1 to 3600 (e.g. 1 or 0.5)");
-    }
-    settings.interval_s = v;
-  }
-  if (!flags.count.empty()) {
-    const std::string& text = flags.count;
-    const bool digits =
-        text.size() <= 9 &&
-        std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-    const unsigned long v = digits ? std::strtoul(text.c_str(), nullptr, 10) : 0;
-    if (v == 0) {
-      return Result<TopSettings>::failure(
-          "--count '" + text.substr(0, 40) +
-          "' must be a whole number of refreshes from 1 to 999999999");
-    }
-    settings.count = v;
-  }
-  return settings;
-}
-
-namespace {
-
-std::atomic<bool> g_top_stop{false};
-
-void request_top_stop(int) {
-  g_top_stop.store(true);
-}
-
-std::string wall_clock() {
-  const time_t now = time(nullptr);
-  struct tm local {};
-  localtime_r(&now, &local);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &local);
-  return buf;
-}
-
-}  // namespace
-
-int run_top(const std::string& run_dir, const TopFlags& flags) {
-  auto settings = parse_top_options(flags);
-  if (!settings) {
-    std::fprintf(stderr, "fracgpu: %s\n", settings.error().c_str());
-    return 2;
-  }
-  const bool tty = isatty(STDOUT_FILENO) == 1;
-  struct sigaction action {};
-  action.sa_handler = request_top_stop;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(settings->interval_s));
-  auto next = std::chrono::steady_clock::now();
-  for (unsigned long frame = 0; settings->count == 0 || frame < settings->count; ++frame) {
-    if (frame > 0) {
-      next += period;
-      while (!g_top_stop.load() && std::chrono::steady_clock::now() < next) {
-        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-            next - std::chrono::steady_clock::now(), std::chrono::milliseconds(50)));
-      }
-    }
-    if (g_top_stop.load()) break;
-    auto reply = fetch_list(run_dir);
-    if (!reply && frame == 0) {
-      std::fprintf(stderr, "fracgpu: %s\n", reply.error().c_str());
-      return 1;
-    }
-    std::string text = reply ? format_top_frame(*reply, wall_clock(), settings->interval_s)
-                             : "fracgpu top  " + wall_clock() + "  " + reply.error() + "\n";
-    if (tty) {
-      text = "\033[H\033[2J" + text;
-    } else if (frame > 0) {
-      text = "\n" + text;
-    }
-    std::fputs(text.c_str(), stdout);
-    std::fflush(stdout);
-  }
   return 0;
 }
 

@@ -1,16 +1,28 @@
-// `fracgpu status [--json]`, `fracgpu top` and `fracgpu tenant list`: what the node
-// broker holds, as tables of tenants x GPUs (memory: limit, request, grant, used, peak,
-// processes, OOM events; compute: weight, the share the weights promise, ceiling,
-// priority, measured share, GPU time, scheduler state) or as the broker's raw JSON.
-// Compute fields a broker does not report (an older one) are shown as "-".
+// `fracgpu status [--json]` and `fracgpu tenant list`: what the node broker holds, as
+// tables of tenants x GPUs (memory: limit, request, grant, used, peak, processes, OOM
+// events; compute: weight, the share the weights promise, ceiling, priority, measured
+// share, GPU time, scheduler state) or as the status document of docs/status-api.md.
+// Compute fields a broker does not report (an older one) are shown as "-". The document
+// comes from fetch_status, which `fracgpu top` (top_command.h) reads too.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
+// `fracgpu top` lived here; its declarations are kept visible to includers of this header.
 
 namespace fracgpu::cli {
+
+// The version of the status document (docs/status-api.md): fields are only ever added;
+// removing one or changing its meaning bumps it.
+inline constexpr int kStatusApiVersion = 1;
+
+// The status document: the broker's "list" reply without "ok", with "api_version". The
+// error is one sentence (no broker there, or access denied).
+broker::Result<nlohmann::json> fetch_status(const std::string& run_dir);
 
 int show_status(const std::string& run_dir, bool as_json);
 int list_tenants(const std::string& run_dir);
@@ -19,35 +31,23 @@ int list_tenants(const std::string& run_dir);
 std::string format_status_table(const nlohmann::json& list_reply);
 
 // One compact table of tenants x GPUs with memory use and every compute column, as
-// `fracgpu top` and `fracgpu set` print it; with `only_tenant`, that tenant's rows only.
+// `fracgpu set` prints it; with `only_tenant`, that tenant's rows only.
 std::string format_tenant_table(const nlohmann::json& list_reply,
                                 const std::string& only_tenant = "");
+// Its rows: the header, then one per tenant and GPU in the order of tenants[] and their
+// devices[]; and rows as aligned columns two spaces apart, one line per row.
+using TableRow = std::vector<std::string>;
+std::vector<TableRow> tenant_table_rows(const nlohmann::json& list_reply,
+                                        const std::string& only_tenant = "");
+std::string render_table(const std::vector<TableRow>& rows);
 
 // The share of a GPU that the weights promise a tenant under full contention: its
 // weight over the sum of the weights of the tenants on the same GPU with the same
 // priority class, as "70%" or "33.3%"; "prio" for a high-priority tenant; "-" when
 // unknown. `device` is one entry of the tenant's devices[].
 std::string promised_share(const nlohmann::json& list_reply, const nlohmann::json& device);
-
-// `fracgpu top`: the flags as typed, checked by parse_top_options before anything is
-// contacted.
-struct TopFlags {
-  std::string interval = "1";  // seconds between refreshes, 0.1 .. 3600
-  std::string count;           // number of refreshes; empty = until Ctrl-C
-};
-struct TopSettings {
-  double interval_s = 1.0;
-  unsigned long count = 0;  // 0 = until Ctrl-C
-};
-broker::Result<TopSettings> parse_top_options(const TopFlags& flags);
-
-// One refresh of `fracgpu top` (header line with `clock`, GPUs, tenant table).
-std::string format_top_frame(const nlohmann::json& list_reply, const std::string& clock,
-                             double interval_s);
-
-// Refreshes every interval: clears the screen first when stdout is a terminal, otherwise
-// prints successive frames separated by a blank line. Exit 0 (Ctrl-C included), 1 when
-// the broker does not answer the first time, 2 for bad flags.
-int run_top(const std::string& run_dir, const TopFlags& flags);
+// The same as a fraction (0..1); nullopt for a high-priority tenant or when unknown.
+std::optional<double> promised_fraction(const nlohmann::json& list_reply,
+                                        const nlohmann::json& device);
 
 }  // namespace fracgpu::cli

@@ -56,6 +56,7 @@ void AuditService::audit_tick() {
   }
   std::vector<AuditSample> samples;
   for (GpuUsageSample& s : nvml_->sample()) {
+    note_figures(s);
     auto gpu =
         std::find_if(gpus.begin(), gpus.end(), [&](const AuditGpu& g) { return g.uuid == s.uuid; });
     if (gpu == gpus.end()) continue;  // a GPU the broker does not manage
@@ -146,27 +147,20 @@ nlohmann::json AuditService::tenant_json(const std::string& tenant) const {
   return j;
 }
 
-void AuditService::write_metrics(std::ostringstream& out, TenantRegistry& registry) const {
-  std::map<std::string, std::vector<std::pair<uint32_t, std::string>>> tenant_gpus;
-  for (Tenant* t : registry.all()) {
-    auto& list = tenant_gpus[t->spec.name];
-    for (const DeviceSpec& d : t->spec.devices) {
-      const GpuInfo* g = gpus_.find(d.gpu);
-      list.emplace_back(d.gpu, g != nullptr ? g->uuid : d.uuid);
-    }
+void AuditService::note_figures(const GpuUsageSample& sample) {
+  if (!sample.ok) {
+    figures_.erase(sample.uuid);
+    return;
   }
-  log_.write_metrics(out, tenant_gpus);
-  out << "# HELP fracgpu_audit_duration_seconds_total Broker time spent in the audit (part "
-         "nvml: per-process NVML usage against the books; part books: quota and ledger check).\n"
-         "# TYPE fracgpu_audit_duration_seconds_total counter\n"
-      << "fracgpu_audit_duration_seconds_total{part=\"nvml\"} "
-      << std::chrono::duration<double>(nvml_time_).count() << '\n'
-      << "fracgpu_audit_duration_seconds_total{part=\"books\"} "
-      << std::chrono::duration<double>(books_time_).count() << '\n'
-      << "# HELP fracgpu_audit_passes_total Audit passes run.\n"
-         "# TYPE fracgpu_audit_passes_total counter\n"
-      << "fracgpu_audit_passes_total{part=\"nvml\"} " << nvml_ticks_ << '\n'
-      << "fracgpu_audit_passes_total{part=\"books\"} " << books_ticks_ << '\n';
+  NvmlGpuFigures f;
+  for (const GpuProcessUsage& p : sample.processes) f.memory_used += p.bytes_known ? p.bytes : 0;
+  figures_[sample.uuid] = f;
+}
+
+std::optional<NvmlGpuFigures> AuditService::nvml_figures(const std::string& uuid) const {
+  auto it = figures_.find(uuid);
+  if (it == figures_.end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace fracgpu::broker

@@ -6,16 +6,18 @@
 //  - books_tick(), every maintenance tick (100 ms): BooksCheck (books_check.h) on every
 //    tenant's quota and ledger;
 //  - everything found goes to the ViolationLog (violation_log.h): log line, counters,
-//    status JSON, metrics; --audit-action kill stops an offending process.
+//    status JSON, metrics (tenant_metrics.h reads them, with the NVML figures of each
+//    GPU's latest sample); --audit-action kill stops an offending process.
 // NVML that cannot be opened disables only the NVML part (one log line; each GPU's status
 // says "audit": {"available": false, "reason": ...}); the books check always runs.
 // Nothing here touches the shim or its fast paths: the cost is the broker's alone.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 
 #include "core/books_check.h"
@@ -29,6 +31,12 @@
 #include "core/violation_log.h"
 
 namespace fracgpu::broker {
+
+// What NVML said about one GPU in the audit's latest sample (for the metrics).
+struct NvmlGpuFigures {
+  uint64_t memory_used = 0;           // bytes its processes hold, as NVML reports them
+  std::optional<double> utilization;  // 0..1; unset until NvmlPort reads utilisation
+};
 
 class AuditService {
  public:
@@ -53,16 +61,22 @@ class AuditService {
 
   nlohmann::json gpu_json(const GpuInfo& gpu) const;            // "audit" of a GPU
   nlohmann::json tenant_json(const std::string& tenant) const;  // "violations" of a tenant
-  void write_metrics(std::ostringstream& out, TenantRegistry& registry) const;
+  // The GPU's figures from the latest NVML sample; nullopt without NVML, before the first
+  // sample, or when that sample could not read the GPU.
+  std::optional<NvmlGpuFigures> nvml_figures(const std::string& uuid) const;
 
   const ViolationLog& log() const { return log_; }
-  // Time spent in audit_tick / books_tick so far (fracgpu_audit_duration_seconds_total).
+  // Time spent in audit_tick / books_tick so far, and how many ran
+  // (fracgpu_audit_duration_seconds_total, fracgpu_audit_passes_total).
   std::chrono::nanoseconds nvml_time() const { return nvml_time_; }
   std::chrono::nanoseconds books_time() const { return books_time_; }
+  uint64_t nvml_passes() const { return nvml_ticks_; }
+  uint64_t books_passes() const { return books_ticks_; }
 
  private:
   BooksSubject subject(Tenant& tenant);
   void record(const std::vector<Violation>& found);
+  void note_figures(const GpuUsageSample& sample);
 
   AuditOptions options_;
   TenantRegistry& registry_;
@@ -77,6 +91,7 @@ class AuditService {
   ViolationLog log_;
   std::chrono::nanoseconds nvml_time_{0}, books_time_{0};
   uint64_t nvml_ticks_ = 0, books_ticks_ = 0;
+  std::map<std::string, NvmlGpuFigures, std::less<>> figures_;  // by GPU UUID
 };
 
 }  // namespace fracgpu::broker

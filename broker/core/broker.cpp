@@ -3,7 +3,9 @@
 // (books_check.h), retries pending reclaims (so memory of a dead process is back well
 // within a second even when its tenant's counters are busy), and every tenth tick
 // reclaims idle burst grants; the audit timer (--audit-interval, default 500 ms) compares
-// NVML's per-process usage with the books (audit_service.h).
+// NVML's per-process usage with the books (audit_service.h). An update that sets only a
+// tenant's "pod" (the device plugin's attribution) skips admission, the quota files and
+// the scheduler: it changes labels, never quotas.
 #include "core/broker.h"
 
 #include <fcntl.h>
@@ -20,12 +22,46 @@
 #include "common/logging.h"
 #include "core/admission.h"
 #include "core/ledger_ops.h"
+#include "core/process_tracker.h"
 #include "core/quantity_parser.h"
+#include "core/state_store.h"
 #include "core/status_report.h"
+#include "fracgpu/monotonic_clock.h"
 #include "fracgpu/paths.h"
 
 namespace fracgpu::broker {
 namespace {
+
+// {"name": ..., "pod": {...}} and nothing else.
+bool is_pod_only_update(const nlohmann::json& tenant_json) {
+  if (!tenant_json.is_object() || !tenant_json.contains("pod")) return false;
+  for (const auto& [key, value] : tenant_json.items()) {
+    if (key != "name" && key != "pod") return false;
+  }
+  return true;
+}
+
+// The pod-only update: validated and persisted like any update, but not re-admitted —
+// admission would refuse a tenant whose GPU went missing or that no longer fits a grown
+// --reserve, though nothing about its quota changes — and not re-published, so the
+// tenant's processes see no new quota generation.
+Result<Tenant*> set_pod_identity(TenantRegistry& registry, const nlohmann::json& tenant_json) {
+  using R = Result<Tenant*>;
+  const auto name_field = tenant_json.find("name");
+  if (name_field == tenant_json.end() || !name_field->is_string())
+    return R::failure("\"tenant\" must be an object with a \"name\"");
+  const std::string name = name_field->get<std::string>();
+  Tenant* tenant = registry.find(name);
+  if (tenant == nullptr) return R::failure("no tenant named '" + name.substr(0, 80) + "'");
+  auto spec = apply_tenant_update(tenant->spec, tenant_json);
+  if (!spec) return R::failure(spec.error());
+  if (spec->pod == tenant->spec.pod) return tenant;
+  std::vector<const TenantSpec*> list;
+  for (Tenant* t : registry.all()) list.push_back(t == tenant ? &*spec : &t->spec);
+  if (auto s = StateStore(registry.config().state_dir).save(list); !s) return R::failure(s.error());
+  tenant->spec.pod = std::move(spec->pod);
+  return tenant;
+}
 
 void raise_fd_limit() {
   rlimit lim{};
@@ -97,6 +133,9 @@ Status Broker::start() {
   }
   audit_ =
       std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
+  enforcer_ = std::make_unique<GuaranteeEnforcer>(
+      EnforcerConfig{options_.swap_host_budget_bytes, options_.reclaim == "kill"},
+      [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
   audit_->open();
   audit_->note_grants();  // the grants as restored: the books check's starting record
   compute_ = std::make_unique<ComputeService>(loop_, options_.compute);
@@ -114,8 +153,9 @@ Status Broker::start() {
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
   if (!options_.metrics_listen.empty()) {
-    metrics_ = std::make_unique<MetricsServer>(
-        state_mutex_, [this] { return metrics_text(*registry_, compute_.get(), audit_.get()); });
+    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] {
+      return take_metrics_snapshot({*registry_, *tracker_, compute_.get(), audit_.get()});
+    });
     if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
   }
   return {};
@@ -162,11 +202,34 @@ void Broker::maintenance_tick() {
   audit_->books_tick();  // first: nothing below may act on an altered quota or ledger
   reconciler_->tick();
   compute_->poke();  // a safety net: every change also rings a doorbell
+  {
+    // Guarantees before the idle-grant reclaim: a borrower's memory a guarantee needs is
+    // asked back within one tick (guarantee_enforcer.h).
+    const auto members = registry_->arbiter_members();
+    if (enforcer_->tick(members, arbiter_, monotonic_ns())) audit_->note_grants();
+  }
   if (++ticks_ % 10 == 0) {
     const auto members = registry_->arbiter_members();
     arbiter_.reclaim(members);
     audit_->note_grants();
   }
+}
+
+// --reclaim kill: every live process of the tenant, checked against its start time so that
+// a reused pid is never signalled.
+int Broker::kill_tenant_processes(const std::string& name) {
+  Tenant* tenant = registry_->find(name);
+  if (tenant == nullptr) return 0;
+  int killed = 0;
+  for (const ProcessSlot& s : tenant->ledger().processes) {
+    if (s.state.load() != static_cast<uint32_t>(SlotState::kLive)) continue;
+    const pid_t pid = s.pid.load();
+    const auto start = process_start_time(pid);
+    if (pid <= 0 || !start || *start != s.start_time.load()) continue;
+    if (::kill(pid, SIGKILL) == 0) ++killed;
+  }
+  spdlog::warn("tenant {}: {} process(es) stopped to free memory a guarantee needs", name, killed);
+  return killed;
 }
 
 Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) {
@@ -184,6 +247,11 @@ Result<nlohmann::json> Broker::create_tenant(const nlohmann::json& tenant_json) 
 }
 
 Result<nlohmann::json> Broker::update_tenant(const nlohmann::json& tenant_json) {
+  if (is_pod_only_update(tenant_json)) {
+    auto tenant = set_pod_identity(*registry_, tenant_json);
+    if (!tenant) return Result<nlohmann::json>::failure(tenant.error());
+    return tenant_status_json(**tenant, compute_.get(), audit_.get());
+  }
   audit_->verify_grants();  // publish keeps the old grant: it must be the broker's
   auto tenant = registry_->update(tenant_json);
   if (!tenant) return Result<nlohmann::json>::failure(tenant.error());

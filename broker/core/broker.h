@@ -16,6 +16,7 @@
 #include "core/compute_service.h"
 #include "core/event_loop.h"
 #include "core/gpu_inventory.h"
+#include "core/guarantee_enforcer.h"
 #include "core/ledger_reconciler.h"
 #include "core/memory_arbiter.h"
 #include "core/metrics_server.h"
@@ -49,6 +50,7 @@ class Broker : public AdminBackend {
   void adopt_processes(Tenant& tenant);
   void on_process_death(const std::string& tenant, uint32_t slot, pid_t pid);
   void maintenance_tick();
+  int kill_tenant_processes(const std::string& tenant);
   void notify_ready();
   void shutdown();
 
@@ -64,6 +66,7 @@ class Broker : public AdminBackend {
   std::map<std::string, std::unique_ptr<TenantSocketServer>, std::less<>> tenant_servers_;
   std::unique_ptr<ComputeService> compute_;
   std::unique_ptr<AuditService> audit_;
+  std::unique_ptr<GuaranteeEnforcer> enforcer_;
   std::unique_ptr<MetricsServer> metrics_;
   int lock_fd_ = -1;
   unsigned ticks_ = 0;

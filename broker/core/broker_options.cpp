@@ -1,6 +1,8 @@
 // CLI11 wiring and validation of the broker flags (documented in docs/configuration.md).
 #include "core/broker_options.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 
@@ -60,6 +62,14 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   app.add_option("--audit-tolerance", o.audit_tolerance,
                  "Real usage above the books the audit tolerates, at least (default 64MiB; "
                  "2% of the limit where that is more)");
+  app.add_option("--swap-host-budget", o.swap_host_budget,
+                 "Host memory all tenants' swapped memory may take together (default auto: half "
+                 "of the node's memory; 0 = never swap)");
+  app.add_option("--reclaim", o.reclaim,
+                 "A borrower whose memory a guarantee needs and that cannot move it to host: "
+                 "swap (default: report it) or kill (SIGKILL its processes, as the kubelet "
+                 "evicts a pod over its request)")
+      ->check(CLI::IsMember({"swap", "kill"}));
   app.add_option("--ready-fd", o.ready_fd,
                  "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
@@ -92,6 +102,16 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.audit =
       AuditOptions{o.nvml, o.audit_interval_ms,
                    o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog, *tolerance};
+  if (o.swap_host_budget == "auto") {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    o.swap_host_budget_bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 2 : 0;
+  } else {
+    auto budget = parse_size_allow_zero(o.swap_host_budget, "--swap-host-budget");
+    if (!budget) return Status::failure(budget.error() + " (or auto)");
+    o.swap_host_budget_bytes = *budget;
+  }
+  if (o.reclaim != "swap" && o.reclaim != "kill")
+    return Status::failure("--reclaim must be swap or kill");
   if (!o.metrics_listen.empty()) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());

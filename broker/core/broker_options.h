@@ -39,12 +39,17 @@ struct BrokerOptions {
   int audit_interval_ms = 500;             // 0 = no NVML audit (the books check stays on)
   std::string audit_action = "log";        // log | kill
   std::string audit_tolerance = "64MiB";   // SIZE, the floor of the tolerance
+  // Overcommit (docs/configuration.md, "Swap"): host memory for tenants' swapped memory,
+  // and what happens to a borrower whose memory cannot move.
+  std::string swap_host_budget = "auto";  // SIZE, or auto = half of the node's memory
+  std::string reclaim = "swap";           // swap | kill
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;
   std::optional<uint64_t> footprint_bytes;
   ComputeConfig compute;
   AuditOptions audit;
+  uint64_t swap_host_budget_bytes = 0;
 };
 
 // Adds the broker flags to `app`. `with_run_dir` is false for `fracgpu broker`, whose

@@ -251,4 +251,10 @@ std::optional<ComputeStatus> ComputeService::status(const std::string& tenant, u
   return it->second.status(tenant, monotonic_ns());
 }
 
+std::optional<GpuComputeCounters> ComputeService::gpu_counters(uint32_t gpu) const {
+  auto it = gpus_.find(gpu);
+  if (it == gpus_.end()) return std::nullopt;
+  return it->second.counters();
+}
+
 }  // namespace fracgpu::broker

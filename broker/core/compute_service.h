@@ -34,6 +34,8 @@ class ComputeService {
   // Something changed outside the ledgers' view (a process died): re-run now.
   void poke() { run(); }
   std::optional<ComputeStatus> status(const std::string& tenant, uint32_t gpu) const;
+  // Handoffs and grant waits of a GPU since the broker started (nullopt: never scheduled).
+  std::optional<GpuComputeCounters> gpu_counters(uint32_t gpu) const;
 
  private:
   struct TenantLink;

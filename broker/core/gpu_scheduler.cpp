@@ -62,6 +62,18 @@ double BurstRhythm::nth_shortest_gap(int k) const {
   return sorted[k];
 }
 
+void GrantWaitHistogram::observe(int64_t wait_ns) {
+  const auto bucket = std::lower_bound(kBoundsNs.begin(), kBoundsNs.end(), wait_ns);
+  ++counts[static_cast<std::size_t>(bucket - kBoundsNs.begin())];
+  sum_ns += wait_ns;
+}
+
+uint64_t GrantWaitHistogram::count() const {
+  uint64_t n = 0;
+  for (uint64_t c : counts) n += c;
+  return n;
+}
+
 // Lower classes hold back launches that would still run when the next burst of a
 // regular high tenant is due; published only while one is active and regular.
 void GpuScheduler::apply_guard(int64_t now) {
@@ -110,6 +122,12 @@ void GpuScheduler::publish(Entry& e, bool granted, bool notify, bool new_epoch) 
   e.port->publish(make_grant_word(e.epoch, granted, notify), e.limit_us);
 }
 
+// Ends a wait (if any) and adds it to the tenant's waited time.
+void GpuScheduler::stop_waiting(Entry& e, int64_t now) {
+  if (e.wait_since != 0) e.waited_ns += now - e.wait_since;
+  e.wait_since = 0;
+}
+
 void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, ComputeSettings settings,
                           int64_t now) {
   auto [it, inserted] = entries_.try_emplace(tenant);
@@ -132,7 +150,7 @@ void GpuScheduler::upsert(const std::string& tenant, SchedulingPort* port, Compu
       if (name != tenant && (least < 0 || other.vtime < least)) least = other.vtime;
     e.vtime = std::max(0.0, least);
   }
-  e.wait_since = 0;
+  stop_waiting(e, now);
   e.active_until = 0;
   e.last_sample = now;
   publish(e, is_high(settings), is_high(settings), true);
@@ -173,7 +191,7 @@ void GpuScheduler::note_waiting(int64_t now) {
     const bool waiting = e.port->waiting() > 0;
     if (!waiting) {
       if (e.wait_since != 0) e.paused_since = now;
-      e.wait_since = 0;
+      stop_waiting(e, now);
       continue;
     }
     if (e.wait_since != 0) continue;
@@ -336,7 +354,10 @@ GpuScheduler::Entry* GpuScheduler::choose(int64_t now) {
 
 void GpuScheduler::grant(const std::string& name, int64_t now) {
   Entry& e = entries_.at(name);
-  e.wait_since = 0;
+  if (e.wait_since != 0) counters_.grant_waits.observe(now - e.wait_since);
+  stop_waiting(e, now);
+  if (!last_grantee_.empty() && last_grantee_ != name) ++counters_.handoffs;
+  last_grantee_ = name;
   holder_ = name;
   phase_ = Phase::kHolding;
   grant_start_ = now;
@@ -450,6 +471,8 @@ std::optional<ComputeStatus> GpuScheduler::status(const std::string& tenant, int
     s.state = "waiting";
   const int64_t held = held_now(tenant, e, now);
   s.gpu_seconds = static_cast<double>(held) / 1e9;
+  s.wait_seconds =
+      static_cast<double>(e.waited_ns + (e.wait_since != 0 ? now - e.wait_since : 0)) / 1e9;
   if (!e.history.empty() && now > e.history.front().first) {
     const auto& [since, held_then] = e.history.front();
     s.measured_share = std::clamp(

@@ -19,9 +19,13 @@
 //  * high tenants are always granted and never wait; while one is active (launched
 //    within high_hold), every other tenant on the GPU keeps at most high_inflight_us
 //    of GPU work in flight, so a high launch waits at most that plus one kernel.
+// It also counts, for monitoring (tenant_metrics.h), each tenant's time waiting for the
+// GPU, the GPU's handoffs and a histogram of grant waits: a few additions per grant or
+// wait change, never read on a decision.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -110,6 +114,28 @@ struct ComputeStatus {
   const char* state = "idle";  // granted, waiting, draining, idle
   double measured_share = 0;   // of the GPU's time over the last share_window
   double gpu_seconds = 0;      // held in total
+  double wait_seconds = 0;     // wanted the GPU (threads blocked at the gate) and not granted
+};
+
+// How long tenants waited from asking for the GPU to their grant, in fixed buckets
+// (Prometheus "le" semantics: a wait of exactly a bound counts in that bucket). Plain
+// counts, so the scheduler needs no metrics library; the exposition turns them into
+// fracgpu_gpu_grant_wait_seconds.
+struct GrantWaitHistogram {
+  static constexpr std::array<int64_t, 14> kBoundsNs = {
+      100'000,    250'000,    500'000,     1'000'000,   2'500'000,   5'000'000,     10'000'000,
+      25'000'000, 50'000'000, 100'000'000, 250'000'000, 500'000'000, 1'000'000'000, 2'500'000'000};
+  std::array<uint64_t, kBoundsNs.size() + 1> counts{};  // per bucket, the last one above 2.5 s
+  int64_t sum_ns = 0;
+
+  void observe(int64_t wait_ns);
+  uint64_t count() const;
+};
+
+// Per-GPU scheduling counters since the broker started.
+struct GpuComputeCounters {
+  uint64_t handoffs = 0;  // grants to a tenant other than the previous holder
+  GrantWaitHistogram grant_waits;
 };
 
 // Epochs are 30 bits wide and wrap; compare them modulo.
@@ -128,6 +154,7 @@ class GpuScheduler {
   // Re-evaluates everything; returns when it next needs to run (INT64_MAX: only on events).
   int64_t step(int64_t now);
   std::optional<ComputeStatus> status(const std::string& tenant, int64_t now) const;
+  const GpuComputeCounters& counters() const { return counters_; }
   bool empty() const { return entries_.empty(); }
 
  private:
@@ -142,6 +169,7 @@ class GpuScheduler {
     int64_t held_ns = 0;       // charged in total
     int64_t tokens_ns = 0;     // ceiling bucket
     int64_t wait_since = 0;    // 0 = not waiting
+    int64_t waited_ns = 0;     // waits that ended (monitoring only)
     int64_t paused_since = 0;  // stopped waiting or holding then (0 = not paused)
     int64_t active_until = 0;  // high: counts as active until then
     int64_t last_sample = 0;   // high: when its epoch was last bumped to sample activity
@@ -153,6 +181,7 @@ class GpuScheduler {
   enum class Phase { kIdle, kHolding, kDraining };
 
   void publish(Entry& e, bool granted, bool notify, bool new_epoch);
+  void stop_waiting(Entry& e, int64_t now);
   void refill(int64_t now);
   void note_waiting(int64_t now);
   void step_high(Entry& e, int64_t now);
@@ -192,6 +221,8 @@ class GpuScheduler {
   int64_t drain_deadline_ = 0;
   int64_t last_refill_ = 0;
   int64_t last_history_ = 0;
+  std::string last_grantee_;  // the tenant of the latest grant (a handoff is a grant to another)
+  GpuComputeCounters counters_;
 };
 
 }  // namespace fracgpu::broker

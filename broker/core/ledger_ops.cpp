@@ -43,10 +43,10 @@ using SeqSnapshot = std::array<uint64_t, kMaxProcesses>;
 // The counter against the sum of a set of slots from one consistent snapshot: the n
 // slots slot_at(0..n-1), each counted while counted(slot) holds (re-read at every
 // collect). Installs the sum by CAS when they differ.
-template <typename SlotAt, typename Counted>
-UsedCheck snapshot_check(TenantLedger& ledger, uint32_t device, int attempts, uint32_t n,
-                         SlotAt slot_at, Counted counted) {
-  std::atomic<uint64_t>& used = ledger.devices[device].used;
+template <typename SlotAt, typename Counted, typename Value>
+UsedCheck snapshot_check(TenantLedger& ledger, std::atomic<uint64_t>& counter, int attempts,
+                         uint32_t n, SlotAt slot_at, Counted counted, Value value) {
+  std::atomic<uint64_t>& used = counter;
   // op_seq of every counted slot (0 for others); false if one is mid-operation.
   auto collect = [&](SeqSnapshot& out) {
     for (uint32_t k = 0; k < n; ++k) {
@@ -60,7 +60,7 @@ UsedCheck snapshot_check(TenantLedger& ledger, uint32_t device, int attempts, ui
     uint64_t total = 0;
     for (uint32_t k = 0; k < n; ++k) {
       const ProcessSlot& s = ledger.processes[slot_at(k)];
-      if (counted(s)) total += s.used[device].load();
+      if (counted(s)) total += value(slot_at(k));
     }
     return total;
   };
@@ -85,6 +85,17 @@ UsedCheck snapshot_check(TenantLedger& ledger, uint32_t device, int attempts, ui
   return {};
 }
 
+// What a slot holds in one of the tenant's counters of `device`: resident bytes, or bytes
+// on host (minor 3: the slot's swapped pages).
+auto resident_of(const TenantLedger& ledger, uint32_t device) {
+  return [&ledger, device](uint32_t slot) { return ledger.processes[slot].used[device].load(); };
+}
+auto swapped_of(const TenantLedger& ledger, uint32_t device) {
+  return [&ledger, device](uint32_t slot) {
+    return uint64_t{ledger.schedule[slot][device].swapped_pages.load()} * kSwapPage;
+  };
+}
+
 uint64_t sum_live(const TenantLedger& ledger, uint32_t device, uint32_t bound) {
   uint64_t sum = 0;
   for (uint32_t i = 0; i < bound; ++i) {
@@ -96,10 +107,13 @@ uint64_t sum_live(const TenantLedger& ledger, uint32_t device, uint32_t bound) {
 
 // The process of a Dead slot with an even op_seq was between operations: its used[]
 // is exactly what it holds in the tenant counters.
-void subtract_exact_share(TenantLedger& ledger, ProcessSlot& s) {
+void subtract_exact_share(TenantLedger& ledger, uint32_t slot) {
+  ProcessSlot& s = ledger.processes[slot];
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
     const uint64_t held = s.used[d].load();
     if (held != 0) saturating_sub(ledger.devices[d].used, held);
+    const uint64_t on_host = swapped_of(ledger, d)(slot);  // its host copies died with it
+    if (on_host != 0) saturating_sub(ledger.devices[d].swapped, on_host);
   }
 }
 
@@ -136,6 +150,7 @@ std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t s
       sched.launched_epoch.store(0);
       sched.drained_epoch.store(0);
       sched.waiting.store(0);
+      sched.swapped_pages.store(0);
     }
     s.pid.store(pid);
     s.start_time.store(start_time);
@@ -167,8 +182,19 @@ bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts) {
 UsedCheck check_used(TenantLedger& ledger, uint32_t device, int attempts) {
   if (device >= kMaxDevices) return {true, 0, 0};
   return snapshot_check(
-      ledger, device, attempts, slot_bound(ledger), [](uint32_t k) { return k; },
-      [](const ProcessSlot& s) { return state_of(s) == SlotState::kLive; });
+      ledger, ledger.devices[device].used, attempts, slot_bound(ledger),
+      [](uint32_t k) { return k; },
+      [](const ProcessSlot& s) { return state_of(s) == SlotState::kLive; },
+      resident_of(ledger, device));
+}
+
+UsedCheck check_swapped(TenantLedger& ledger, uint32_t device, int attempts) {
+  if (device >= kMaxDevices) return {true, 0, 0};
+  return snapshot_check(
+      ledger, ledger.devices[device].swapped, attempts, slot_bound(ledger),
+      [](uint32_t k) { return k; },
+      [](const ProcessSlot& s) { return state_of(s) == SlotState::kLive; },
+      swapped_of(ledger, device));
 }
 
 UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
@@ -177,16 +203,18 @@ UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const u
   for (uint32_t slot : slots)
     if (slot >= kMaxProcesses) return {};
   return snapshot_check(
-      ledger, device, attempts, static_cast<uint32_t>(slots.size()),
-      [&](uint32_t k) { return slots[k]; }, [](const ProcessSlot&) { return true; });
+      ledger, ledger.devices[device].used, attempts, static_cast<uint32_t>(slots.size()),
+      [&](uint32_t k) { return slots[k]; }, [](const ProcessSlot&) { return true; },
+      resident_of(ledger, device));
 }
 
 bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
   bool interrupted = false;  // a process died inside an operation
-  for (auto& s : ledger.processes) {
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    ProcessSlot& s = ledger.processes[i];
     if (state_of(s) != SlotState::kDead) continue;
     if (s.op_seq.load() % 2 == 0) {
-      subtract_exact_share(ledger, s);
+      subtract_exact_share(ledger, i);
       free_slot(s);
     } else {
       interrupted = true;
@@ -195,6 +223,7 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
   if (!interrupted) return true;
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
     if (!recompute_used(ledger, d, attempts)) return false;
+    if (!check_swapped(ledger, d, attempts).settled) return false;
   }
   for (auto& s : ledger.processes) {
     if (state_of(s) == SlotState::kDead) free_slot(s);

@@ -53,6 +53,8 @@ struct UsedCheck {
   uint64_t truth = 0;
 };
 UsedCheck check_used(TenantLedger& ledger, uint32_t device, int attempts);
+// The same for DeviceUsage.swapped against the live slots' swapped pages (minor 3).
+UsedCheck check_swapped(TenantLedger& ledger, uint32_t device, int attempts);
 // The same over exactly `slots` (the broker's registered processes, whatever the slots'
 // states say): what the books check compares, touching only those slots' cache lines.
 UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,

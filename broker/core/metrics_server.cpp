@@ -4,6 +4,10 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <exception>
+
+#include "core/metrics_exposition.h"
+
 namespace fracgpu::broker {
 
 Result<ListenAddress> parse_listen_address(const std::string& text) {
@@ -26,9 +30,9 @@ Result<ListenAddress> parse_listen_address(const std::string& text) {
   return a;
 }
 
-MetricsServer::MetricsServer(std::mutex& state_mutex, std::function<std::string()> render)
+MetricsServer::MetricsServer(std::mutex& state_mutex, std::function<MetricsSnapshot()> snapshot)
     : state_mutex_(state_mutex),
-      render_(std::move(render)),
+      snapshot_(std::move(snapshot)),
       server_(std::make_unique<httplib::Server>()) {}
 
 MetricsServer::~MetricsServer() {
@@ -37,12 +41,18 @@ MetricsServer::~MetricsServer() {
 
 Status MetricsServer::start(const ListenAddress& address) {
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::string body;
-    {
-      std::lock_guard<std::mutex> lock(state_mutex_);
-      body = render_();
+    try {
+      MetricsSnapshot snapshot;
+      {
+        std::lock_guard<std::mutex> lock(state_mutex_);
+        snapshot = snapshot_();
+      }
+      res.set_content(render_metrics(snapshot), "text/plain; version=0.0.4; charset=utf-8");
+    } catch (const std::exception& e) {  // prometheus-cpp reports what it refuses by throwing
+      spdlog::error("metrics: cannot render the scrape: {}", e.what());
+      res.status = 500;
+      res.set_content(std::string("cannot render metrics: ") + e.what() + "\n", "text/plain");
     }
-    res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");
   });
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

@@ -1,6 +1,8 @@
 // The optional Prometheus endpoint (--metrics-listen ADDR:PORT): GET /metrics served by
-// cpp-httplib on its own thread. It renders under the broker's state mutex, the same
-// one the event loop holds while handling events, so a scrape sees a consistent view.
+// cpp-httplib on its own thread. A scrape takes its snapshot (tenant_metrics.h) under
+// the broker's state mutex, the same one the event loop holds while handling events, so
+// it sees a consistent view; the Prometheus registry is built and serialised
+// (metrics_exposition.h) after the mutex is released, so the loop waits only for the copy.
 #pragma once
 
 #include <functional>
@@ -10,6 +12,7 @@
 #include <thread>
 
 #include "common/result.h"
+#include "core/tenant_metrics.h"
 
 namespace httplib {
 class Server;
@@ -27,7 +30,7 @@ Result<ListenAddress> parse_listen_address(const std::string& text);
 
 class MetricsServer {
  public:
-  MetricsServer(std::mutex& state_mutex, std::function<std::string()> render);
+  MetricsServer(std::mutex& state_mutex, std::function<MetricsSnapshot()> snapshot);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -38,7 +41,7 @@ class MetricsServer {
 
  private:
   std::mutex& state_mutex_;
-  std::function<std::string()> render_;
+  std::function<MetricsSnapshot()> snapshot_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };

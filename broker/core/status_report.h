@@ -1,10 +1,9 @@
 // What the broker tells operators: the TENANT_STATUS / GPU objects of protocol.h (used
-// by `fracgpu status` and `tenant list`) and the Prometheus text exposition served on
-// --metrics-listen. Both are read straight from the live quota and ledger counters.
+// by `fracgpu status` and `tenant list`), read straight from the live quota and ledger
+// counters. The Prometheus metrics are tenant_metrics.h and metrics_exposition.h.
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <string>
 
 #include "core/audit_service.h"
 #include "core/compute_service.h"
@@ -15,13 +14,8 @@ namespace fracgpu::broker {
 
 nlohmann::json gpu_json(const GpuInfo& gpu, uint64_t reserve);
 nlohmann::json gpus_json(const GpuInventory& gpus, uint64_t reserve);
-// With `audit`: the tenant's "violations" (AuditService::tenant_json), and in the
-// metrics fracgpu_audit_violations_total.
+// With `audit`: the tenant's "violations" (AuditService::tenant_json).
 nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute = nullptr,
                                   const AuditService* audit = nullptr);
-
-// Prometheus text format (version 0.0.4) for every tenant and GPU.
-std::string metrics_text(TenantRegistry& registry, const ComputeService* compute = nullptr,
-                         const AuditService* audit = nullptr);
 
 }  // namespace fracgpu::broker

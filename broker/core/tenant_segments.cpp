@@ -118,6 +118,10 @@ void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d,
   slot.compute_weight.store(d.compute);
   slot.compute_ceiling_pct.store(d.compute_limit);
   slot.priority.store(static_cast<uint32_t>(d.priority));
+  // Swap (minor 3): no demand until the guarantee enforcer makes one (it re-derives its
+  // demands every tick, so a restart or an update loses nothing by starting afresh).
+  slot.resident_target.store(kNoResidentTarget);
+  slot.swap_policy.store(d.swap ? kSwapAllow : kSwapNever);
   slot.present = 1;
 }
 

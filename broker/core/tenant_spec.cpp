@@ -1,7 +1,9 @@
 // Validation and JSON conversion of tenant definitions. Every accessor checks the JSON
 // type before reading (nlohmann throws on type mismatch, and a throw out of a request
 // handler is exactly what must never take the broker down), and reports the offending
-// field by its path, e.g. "devices[1].memory_limit".
+// field by its path, e.g. "devices[1].memory_limit". The optional "pod" object follows
+// the Kubernetes name rules (DNS-1123 labels and subdomains), so that what reaches a
+// metric label or a log line is always a name the API server could have given.
 #include "core/tenant_spec.h"
 
 #include <algorithm>
@@ -14,9 +16,13 @@ namespace {
 
 using nlohmann::json;
 
-const std::set<std::string, std::less<>> kTenantKeys{"name", "owners", "devices"};
-const std::set<std::string, std::less<>> kDeviceKeys{
-    "gpu", "memory_limit", "memory_request", "compute", "compute_limit", "priority", "uuid"};
+const std::set<std::string, std::less<>> kTenantKeys{"name", "owners", "devices", "pod"};
+const std::set<std::string, std::less<>> kPodKeys{"namespace", "pod", "container"};
+constexpr std::size_t kMaxLabelLength = 63;       // DNS-1123 label: namespace, container
+constexpr std::size_t kMaxSubdomainLength = 253;  // DNS-1123 subdomain: pod name
+const std::set<std::string, std::less<>> kDeviceKeys{"gpu",     "memory_limit",  "memory_request",
+                                                     "compute", "compute_limit", "priority",
+                                                     "uuid",    "swap"};
 
 Status check_keys(const json& obj, const std::set<std::string, std::less<>>& allowed,
                   const std::string& where) {
@@ -83,6 +89,11 @@ Status apply_device_fields(const json& d, const std::string& where, DeviceSpec& 
     if (!p) return Status::failure(where + ".priority: " + p.error());
     dev.priority = *p;
   }
+  if (auto it = d.find("swap"); it != d.end()) {
+    if (!it->is_string() || (*it != "allow" && *it != "never"))
+      return Status::failure(where + ".swap must be \"allow\" or \"never\"");
+    dev.swap = *it == "allow";
+  }
   if (auto it = d.find("uuid"); it != d.end()) {
     if (!it->is_string() || it->get<std::string>().size() >= kUuidSize) {
       return Status::failure(where + ".uuid must be a GPU UUID string");
@@ -133,6 +144,60 @@ Result<std::vector<uint32_t>> read_owners(const json& value) {
     owners.push_back(static_cast<uint32_t>(v));
   }
   return owners;
+}
+
+// A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?
+bool is_dns_label(std::string_view text) {
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (text.empty() || text.size() > kMaxLabelLength) return false;
+  if (!alnum(text.front()) || !alnum(text.back())) return false;
+  return std::all_of(text.begin(), text.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+// A DNS-1123 subdomain: labels joined by '.', at most 253 characters in all.
+bool is_dns_subdomain(std::string_view text) {
+  if (text.empty() || text.size() > kMaxSubdomainLength) return false;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = text.find('.', start);
+    if (!is_dns_label(text.substr(start, dot == std::string_view::npos ? dot : dot - start)))
+      return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+Result<std::string> read_pod_field(const json& pod, const char* key, bool subdomain) {
+  using R = Result<std::string>;
+  const std::string path = std::string("pod.") + key;
+  const std::string rule =
+      subdomain ? " must be a Kubernetes object name (DNS-1123 subdomain: at most 253 lowercase "
+                  "letters, digits, '-' and '.', starting and ending with a letter or digit)"
+                : " must be a Kubernetes name (DNS-1123 label: at most 63 lowercase letters, "
+                  "digits and '-', starting and ending with a letter or digit)";
+  auto it = pod.find(key);
+  if (it == pod.end()) return R::failure(path + " is missing (give namespace, pod and container)");
+  if (!it->is_string()) return R::failure(path + rule);
+  const std::string value = it->get<std::string>();
+  if (!(subdomain ? is_dns_subdomain(value) : is_dns_label(value))) {
+    return R::failure(path + " \"" + value.substr(0, 80) + "\"" + rule);
+  }
+  return value;
+}
+
+// "pod": {"namespace", "pod", "container"}, all three, or {} for none.
+Result<PodIdentity> read_pod(const json& value) {
+  using R = Result<PodIdentity>;
+  if (!value.is_object())
+    return R::failure("tenant \"pod\" must be an object {\"namespace\", \"pod\", \"container\"}");
+  if (auto s = check_keys(value, kPodKeys, "pod"); !s) return R::failure(s.error());
+  if (value.empty()) return PodIdentity{};
+  auto ns = read_pod_field(value, "namespace", false);
+  if (!ns) return R::failure(ns.error());
+  auto pod = read_pod_field(value, "pod", true);
+  if (!pod) return R::failure(pod.error());
+  auto container = read_pod_field(value, "container", false);
+  if (!container) return R::failure(container.error());
+  return PodIdentity{std::move(*ns), std::move(*pod), std::move(*container)};
 }
 
 Result<std::string> read_name(const json& j) {
@@ -213,6 +278,11 @@ Result<TenantSpec> tenant_spec_from_json(const json& j) {
     if (!owners) return Result<TenantSpec>::failure(owners.error());
     spec.owners = std::move(*owners);
   }
+  if (auto it = j.find("pod"); it != j.end()) {
+    auto pod = read_pod(*it);
+    if (!pod) return Result<TenantSpec>::failure(pod.error());
+    spec.pod = std::move(*pod);
+  }
   for (std::size_t i = 0; i < devs->size(); ++i) {
     const std::string where = "devices[" + std::to_string(i) + "]";
     auto gpu = read_gpu_index((*devs)[i], where);
@@ -262,6 +332,11 @@ Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const json& j)
     }
     spec.owners = std::move(*owners);
   }
+  if (auto it = j.find("pod"); it != j.end()) {
+    auto pod = read_pod(*it);
+    if (!pod) return Result<TenantSpec>::failure(pod.error());
+    spec.pod = std::move(*pod);
+  }
   auto devs = j.find("devices");
   if (devs == j.end()) return spec;
   if (!devs->is_array() || devs->size() > kMaxDevices) {
@@ -301,12 +376,18 @@ nlohmann::json tenant_spec_to_json(const TenantSpec& spec) {
                {"memory_request", d.memory_request},
                {"compute", d.compute},
                {"compute_limit", d.compute_limit},
-               {"priority", priority_name(d.priority)}};
+               {"priority", priority_name(d.priority)},
+               {"swap", d.swap ? "allow" : "never"}};
     if (!d.uuid.empty()) dj["uuid"] = d.uuid;
     devices.push_back(std::move(dj));
   }
   json out = {{"name", spec.name}, {"devices", std::move(devices)}};
   out["owners"] = spec.owners;  // [] for a tenant without owners
+  if (!spec.pod.empty()) {
+    out["pod"] = {{"namespace", spec.pod.namespace_name},
+                  {"pod", spec.pod.pod},
+                  {"container", spec.pod.container}};
+  }
   return out;
 }
 

@@ -31,11 +31,26 @@ struct DeviceSpec {
   uint32_t compute_limit = 0;                // ceiling in percent, 0 = none
   PriorityClass priority = PriorityClass::kNormal;
   std::string uuid;  // the GPU's UUID when the tenant was admitted (persisted)
+  // "swap": "allow" lets the broker move this tenant's memory to host when it needs the
+  // device memory back (docs/configuration.md "Swap"); the default "never" keeps every
+  // allocation native.
+  bool swap = false;
   bool operator==(const DeviceSpec&) const = default;
 };
 
 inline constexpr std::size_t kMaxOwners = 64;
 inline constexpr uint64_t kMaxOwnerUid = 0xFFFFFFFEull;  // (uid_t)-1 means "no uid"
+
+// The Kubernetes container a tenant belongs to, learnt by the device plugin from the
+// kubelet's PodResources API and set with an admin "update". Empty outside Kubernetes
+// (and until the plugin has matched the tenant's slices to a container).
+struct PodIdentity {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+  bool empty() const { return pod.empty(); }
+  bool operator==(const PodIdentity&) const = default;
+};
 
 struct TenantSpec {
   std::string name;
@@ -43,6 +58,7 @@ struct TenantSpec {
   // The uids that may register in the tenant (root and the broker's uid always may).
   // Empty: a Kubernetes tenant, reachable only through its pod's mount (paths.h).
   std::vector<uint32_t> owners = {};
+  PodIdentity pod = {};  // labels of its metrics in Kubernetes (namespace, pod, container)
   bool operator==(const TenantSpec&) const = default;
   const DeviceSpec* find_gpu(uint32_t gpu) const;
   bool has_owners() const { return !owners.empty(); }
@@ -59,7 +75,8 @@ Result<PriorityClass> parse_priority(std::string_view text);
 // memory_limit) are required; memory_request defaults to memory_limit; "owners" is an
 // optional array of at most kMaxOwners distinct uids (integers 0..kMaxOwnerUid). A memory_limit
 // of "available" (protocol::kAvailableMemory) gives kMemoryLimitAvailable and a
-// memory_request defaulting to 0.
+// memory_request defaulting to 0. "pod" is an optional {"namespace","pod","container"}
+// (DNS-1123 labels, the pod name a DNS-1123 subdomain; all three, or {} for none).
 Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
 
 // Applies a partial TENANT (for "update") to an existing spec: devices are matched by
@@ -67,9 +84,11 @@ Result<TenantSpec> tenant_spec_from_json(const nlohmann::json& j);
 // needs memory_limit). A memory_request not given keeps its old value, lowered to the
 // new limit when that is smaller. "owners", when given, replaces the owners, but may not
 // empty them nor give an owner-less tenant some (its directory would have to move).
+// "pod", when given, replaces the pod identity ({} clears it).
 Result<TenantSpec> apply_tenant_update(const TenantSpec& current, const nlohmann::json& j);
 
-// spec -> TENANT JSON (also the persisted form; includes "owners" and "uuid" per device).
+// spec -> TENANT JSON (also the persisted form; includes "owners" and "uuid" per device,
+// and "pod" when the tenant has one).
 nlohmann::json tenant_spec_to_json(const TenantSpec& spec);
 
 }  // namespace fracgpu::broker

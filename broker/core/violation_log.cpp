@@ -1,4 +1,4 @@
-// ViolationLog: counting, the recent list, the rate-limited log and the renderings.
+// ViolationLog: counting, the recent list, the rate-limited log and the status JSON.
 #include "core/violation_log.h"
 
 #include <spdlog/spdlog.h>
@@ -102,26 +102,6 @@ nlohmann::json ViolationLog::tenant_json(const std::string& tenant) const {
     }
   }
   return {{"total", total}, {"by_kind", std::move(by_kind)}, {"recent", std::move(recent)}};
-}
-
-void ViolationLog::write_metrics(
-    std::ostringstream& out,
-    const std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>& tenant_gpus) const {
-  out << "# HELP fracgpu_audit_violations_total Violations found by the broker's audit (NVML "
-         "usage against the books) and books check (quota and ledger).\n"
-         "# TYPE fracgpu_audit_violations_total counter\n";
-  std::map<SeriesKey, uint64_t> all = series_;
-  for (const auto& [tenant, gpus] : tenant_gpus)
-    for (const auto& [index, uuid] : gpus)
-      for (uint32_t k = 0; k < kViolationKinds; ++k)
-        all.emplace(SeriesKey{tenant, index, uuid, k}, 0);
-  for (const auto& [key, value] : all) {
-    const auto& [tenant, gpu, uuid, kind] = key;
-    if (tenant_gpus.count(tenant) == 0) continue;  // deleted meanwhile
-    out << "fracgpu_audit_violations_total{tenant=\"" << tenant << "\",gpu=\"" << gpu
-        << "\",gpu_uuid=\"" << uuid << "\",kind=\""
-        << violation_kind_name(static_cast<ViolationKind>(kind)) << "\"} " << value << '\n';
-  }
 }
 
 }  // namespace fracgpu::broker

@@ -2,8 +2,9 @@
 // (books_check.h) find: counters per tenant + GPU + kind, the last few per tenant, and the
 // log line for each (spdlog warn, at most kLogBurst lines per tenant per kLogWindow, then
 // one line saying how many were suppressed). Rendered into the tenant status JSON
-// ("violations") and the Prometheus text (fracgpu_audit_violations_total). Loop thread
-// only (the metrics thread reads under the broker's state mutex like everything else).
+// ("violations"); the metrics (tenant_metrics.h) read series() for
+// fracgpu_audit_violations_total. Loop thread only (a scrape reads under the broker's
+// state mutex like everything else).
 #pragma once
 
 #include <array>
@@ -12,7 +13,6 @@
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -42,12 +42,10 @@ class ViolationLog {
   //  kind, bytes, action, detail}, ...]} (most recent last).
   nlohmann::json tenant_json(const std::string& tenant) const;
 
-  // The counter lines of fracgpu_audit_violations_total (HELP/TYPE included): every
-  // tenant x its GPUs x kind, 0 until something happened, plus any other GPU a tenant
-  // was caught on. `gpus` = (host index, uuid) of each tenant's devices, by tenant name.
-  void write_metrics(std::ostringstream& out,
-                     const std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>&
-                         tenant_gpus) const;
+  // (tenant, gpu, gpu_uuid, kind) -> count, for every series counted so far (the metrics
+  // add the zeros of each tenant's own GPUs).
+  using SeriesKey = std::tuple<std::string, uint32_t, std::string, uint32_t>;
+  const std::map<SeriesKey, uint64_t>& series() const { return series_; }
 
  private:
   struct Entry {
@@ -63,9 +61,6 @@ class ViolationLog {
     int lines_in_window = 0;
     uint64_t suppressed = 0;
   };
-  // (tenant, gpu, uuid, kind) -> count
-  using SeriesKey = std::tuple<std::string, uint32_t, std::string, uint32_t>;
-
   void log(TenantRecord& r, const Violation& v, std::chrono::steady_clock::time_point now);
 
   std::map<std::string, TenantRecord, std::less<>> tenants_;

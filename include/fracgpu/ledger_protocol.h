@@ -60,8 +60,11 @@ inline void raise_peak(DeviceUsage& usage, uint64_t now) {
 
 // Reserves `bytes` on `device` for the process in `slot`: within the grant, or refused
 // (over the grant: the caller may ask for burst; over the limit: final).
+// `inside_cap`: the bytes are already counted against the cap (a swap-in: they are in
+// DeviceUsage.swapped until it completes), so only the grant is checked.
 inline ReserveOutcome try_reserve(const TenantQuota& quota_segment, TenantLedger& ledger,
-                                  uint32_t slot, uint32_t device, uint64_t bytes) {
+                                  uint32_t slot, uint32_t device, uint64_t bytes,
+                                  bool inside_cap = false) {
   ProcessSlot& process = ledger.processes[slot];
   SlotOperation operation(process);
   const DeviceQuota& quota = quota_segment.devices[device];
@@ -72,7 +75,10 @@ inline ReserveOutcome try_reserve(const TenantQuota& quota_segment, TenantLedger
   mine.fetch_add(bytes, std::memory_order_seq_cst);
   uint64_t used = usage.used.load(std::memory_order_seq_cst);
   for (;;) {
-    const uint64_t limit = quota.memory_limit.load(std::memory_order_seq_cst);
+    // The cap bounds resident + swapped bytes (minor 3); a swap-in's bytes are in both.
+    const uint64_t swapped = inside_cap ? 0 : usage.swapped.load(std::memory_order_seq_cst);
+    const uint64_t cap = quota.memory_limit.load(std::memory_order_seq_cst);
+    const uint64_t limit = inside_cap ? UINT64_MAX : (cap > swapped ? cap - swapped : 0);
     const uint64_t grant = quota.memory_grant.load(std::memory_order_seq_cst);
     ReserveOutcome refusal = ReserveOutcome::kReserved;
     if (used > limit || bytes > limit - used)
@@ -115,6 +121,32 @@ inline void force_charge(TenantLedger& ledger, uint32_t slot, uint32_t device, u
   const uint64_t now =
       ledger.devices[device].used.fetch_add(bytes, std::memory_order_seq_cst) + bytes;
   raise_peak(ledger.devices[device], now);
+}
+
+// Swap-out of `bytes` (a multiple of kSwapPage) that this process copied to host: the
+// slot's pages and the tenant's swapped counter first, then the resident release.
+inline void moved_to_host(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
+  ProcessSlot& process = ledger.processes[slot];
+  SlotOperation operation(process);
+  ledger.schedule[slot][device].swapped_pages.fetch_add(static_cast<uint32_t>(bytes / kSwapPage),
+                                                        std::memory_order_seq_cst);
+  ledger.devices[device].swapped.fetch_add(bytes, std::memory_order_seq_cst);
+  saturating_sub(ledger.devices[device].used, bytes);
+  saturating_sub(process.used[device], bytes);
+}
+
+// The end of a swap-in (its bytes already reserved with inside_cap), or the free of an
+// allocation that was on host: the swapped counter, then the slot's pages.
+inline void left_host(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
+  ProcessSlot& process = ledger.processes[slot];
+  SlotOperation operation(process);
+  saturating_sub(ledger.devices[device].swapped, bytes);
+  std::atomic<uint32_t>& pages = ledger.schedule[slot][device].swapped_pages;
+  const uint32_t n = static_cast<uint32_t>(bytes / kSwapPage);
+  uint32_t current = pages.load(std::memory_order_relaxed);
+  while (!pages.compare_exchange_weak(current, current > n ? current - n : 0,
+                                      std::memory_order_seq_cst, std::memory_order_relaxed)) {
+  }
 }
 
 }  // namespace ledger_protocol

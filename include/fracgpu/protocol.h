@@ -40,6 +40,10 @@
 //            = a Kubernetes tenant (any uid that can reach its socket, which only its pod's
 //            mount can). An update may change the owners but not turn an owned tenant into
 //            an owner-less one or back (the two live in different directories).
+//            "pod" (optional): {"namespace":"ml","pod":"trainer-0","container":"main"}, the
+//            Kubernetes container of the tenant (Kubernetes name rules; {} clears it); the
+//            device plugin sets it with an update naming only "name" and "pod", which the
+//            broker applies without admission and without touching the quota.
 //   GPU    = {"index":0,"uuid":"GPU-...","name":"...","memory_total":N}
 //   TENANT_STATUS = TENANT + {"socket":"/abs/path/broker.sock","run_dir":"/abs/path" (the
 //             tenant's directory: what the device plugin mounts into the pod),

@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout 1.2).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.3).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -56,6 +56,21 @@
 //    whose processes then do not start work that would still run when it arrives, and
 //    once it has arrived wait until its launches are in (guard_hold_ns, from the spans
 //    of earlier bursts, DeviceUsage.burst_span_ns).
+// Swap to host (minor 3; docs/design.md "Overcommit and swap"):
+//  * DeviceUsage.used counts device-RESIDENT bytes only (what the grant bounds);
+//    DeviceUsage.swapped counts the tenant's bytes moved to host memory. The hard cap
+//    bounds used + swapped: a reservation checks used + swapped + n <= memory_limit.
+//  * Swap-out of n bytes by a process: SlotSchedule.swapped_pages += n/kSwapPage first,
+//    then DeviceUsage.swapped += n, then the normal release of n from used. Swap-in:
+//    reserve n against the grant only (the bytes are already inside the cap), then
+//    DeviceUsage.swapped -= n, then the slot's pages. In between a byte is counted twice,
+//    never zero times, so the cap can only err on the safe side.
+//  * The broker asks for memory back through DeviceQuota.resident_target (the tenant's
+//    used should come down to it; kNoResidentTarget = no demand) and bumps swap_word (a
+//    futex word its processes' swap threads wait on). swap_policy says whether the
+//    tenant's allocations may be backed so that they can move (kSwapAllow) at all.
+//  * A dead process's swapped pages are subtracted from DeviceUsage.swapped by the
+//    broker like its used bytes (its host copies die with it).
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -68,7 +83,8 @@ namespace fracgpu {
 inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" (LE, truncated)
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
-inline constexpr uint16_t kSegmentMinor = 2;  // compatible addition; 1: op_seq, 2: compute grants
+inline constexpr uint16_t kSegmentMinor =
+    3;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -102,9 +118,17 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint64_t> guard_period_ns;  // minor 2: 0 = no guard
   std::atomic<uint64_t> guard_late_ns;  // minor 2: stop holding back this long after guard_next_ns
   std::atomic<uint64_t>
-      guard_hold_ns;     // minor 2: after a burst is seen, hold back this long past its start
-  uint64_t reserved[3];  // room for compatible additions (minor version)
+      guard_hold_ns;  // minor 2: after a burst is seen, hold back this long past its start
+  std::atomic<uint64_t> resident_target;  // minor 3: swap down to this many bytes (see above)
+  std::atomic<uint32_t> swap_word;        // minor 3: bumped when resident_target changes
+  std::atomic<uint32_t> swap_policy;      // minor 3: kSwapNever / kSwapAllow
+  uint64_t reserved[4];                   // room for compatible additions (minor version)
 };
+
+inline constexpr uint64_t kNoResidentTarget = ~0ull;
+inline constexpr uint32_t kSwapNever = 0;
+inline constexpr uint32_t kSwapAllow = 1;
+inline constexpr uint64_t kSwapPage = 2ull << 20;  // unit of SlotSchedule.swapped_pages
 
 inline constexpr uint32_t kGrantGranted = 1u;  // grant_word bit 0
 inline constexpr uint32_t kGrantNotify = 2u;   // grant_word bit 1
@@ -140,7 +164,7 @@ struct alignas(64) DeviceUsage {
   uint32_t reserved32;
   std::atomic<uint64_t> burst_start_ns;  // minor 2: a high tenant's latest burst (see above)
   std::atomic<uint64_t> burst_span_ns;   // minor 2: first to last launch of its previous burst
-  uint64_t reserved[1];
+  std::atomic<uint64_t> swapped;         // minor 3: bytes of the tenant moved to host memory
 };
 
 // One registered process. pid/start_time/state are written by the broker (pid from
@@ -158,7 +182,7 @@ struct SlotSchedule {
   std::atomic<uint32_t> launched_epoch;  // last grant epoch in which it launched
   std::atomic<uint32_t> drained_epoch;   // last revoke epoch it has drained for
   std::atomic<uint32_t> waiting;         // its threads blocked at the launch gate
-  uint32_t reserved;
+  std::atomic<uint32_t> swapped_pages;   // minor 3: its bytes on host, in kSwapPage units
 };
 
 struct TenantLedger {
@@ -189,6 +213,9 @@ static_assert(offsetof(DeviceUsage, burst_start_ns) == 40);
 static_assert(offsetof(DeviceQuota, guard_next_ns) == 112);
 static_assert(offsetof(DeviceQuota, guard_period_ns) == 120);  // same cache line as grant_word
 static_assert(sizeof(SlotSchedule) == 16);
+static_assert(offsetof(DeviceQuota, resident_target) == 144);
+static_assert(offsetof(DeviceQuota, swap_word) == 152);
+static_assert(offsetof(DeviceUsage, swapped) == 56);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
 static_assert(sizeof(TenantLedger) ==
               64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);

@@ -28,7 +28,7 @@ enum class HookId : uint16_t {
 };
 
 // What the wrapper does (the kind column of tables/hooks.def).
-enum class HookKind : uint8_t { kForward, kBody, kGated };
+enum class HookKind : uint8_t { kForward, kBody, kGated, kResident };
 
 struct HookInfo {
   std::string_view symbol;  // exported ABI name, e.g. "cuMemAlloc_v2"
@@ -42,6 +42,7 @@ inline constexpr HookInfo kHookCatalog[] = {
 #define FRACGPU_CATALOG_KIND_FORWARD(symbol, pfn, locator) HookKind::kForward
 #define FRACGPU_CATALOG_KIND_BODY(symbol, pfn, locator) HookKind::kBody
 #define FRACGPU_CATALOG_KIND_GATED(symbol, pfn, locator) HookKind::kGated
+#define FRACGPU_CATALOG_KIND_RESIDENT(symbol, pfn, locator) HookKind::kResident
 #define FRACGPU_HOOK(symbol, base, version, pt, kind) \
   {#symbol, #base, version, sizeof(#pt) > 1,          \
    FRACGPU_HOOK_KIND(FRACGPU_CATALOG_KIND, symbol, -, kind)},
@@ -50,6 +51,7 @@ inline constexpr HookInfo kHookCatalog[] = {
 #undef FRACGPU_CATALOG_KIND_FORWARD
 #undef FRACGPU_CATALOG_KIND_BODY
 #undef FRACGPU_CATALOG_KIND_GATED
+#undef FRACGPU_CATALOG_KIND_RESIDENT
 };
 
 inline constexpr std::size_t kHookCount = sizeof(kHookCatalog) / sizeof(kHookCatalog[0]);

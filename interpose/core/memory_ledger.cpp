@@ -4,8 +4,20 @@
 
 namespace fracgpu {
 
-ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes) {
-  return ledger_protocol::try_reserve(*quota_, *ledger_, slot_, device, bytes);
+ReserveOutcome MemoryLedger::try_reserve(uint32_t device, uint64_t bytes, bool inside_cap) {
+  return ledger_protocol::try_reserve(*quota_, *ledger_, slot_, device, bytes, inside_cap);
+}
+
+void MemoryLedger::moved_to_host(uint32_t device, uint64_t bytes) {
+  ledger_protocol::moved_to_host(*ledger_, slot_, device, bytes);
+}
+
+void MemoryLedger::left_host(uint32_t device, uint64_t bytes) {
+  ledger_protocol::left_host(*ledger_, slot_, device, bytes);
+}
+
+uint64_t MemoryLedger::swapped(uint32_t device) const {
+  return ledger_->devices[device].swapped.load(std::memory_order_relaxed);
 }
 
 void MemoryLedger::release(uint32_t device, uint64_t bytes) {

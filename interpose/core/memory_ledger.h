@@ -24,12 +24,18 @@ class MemoryLedger {
   bool attached() const { return quota_ != nullptr; }
   uint32_t device_count() const { return quota_ != nullptr ? quota_->device_count : 0; }
 
-  ReserveOutcome try_reserve(uint32_t device, uint64_t bytes);
+  // `inside_cap`: bytes already counted against the cap (a swap-in; ledger_protocol.h).
+  ReserveOutcome try_reserve(uint32_t device, uint64_t bytes, bool inside_cap = false);
   void release(uint32_t device, uint64_t bytes);
   // Counts bytes that already exist on the device (e.g. a pool's rounding) even when
   // they exceed the grant; never blocks. Used only where refusing is impossible.
   void force_charge(uint32_t device, uint64_t bytes);
   void count_oom(uint32_t device);
+  // Swap bookkeeping (tenant_segment.h, minor 3): bytes copied to host and released from
+  // the device, and bytes that left the host (swapped back in, or freed while there).
+  void moved_to_host(uint32_t device, uint64_t bytes);
+  void left_host(uint32_t device, uint64_t bytes);
+  uint64_t swapped(uint32_t device) const;
 
   uint64_t limit(uint32_t device) const;
   uint64_t grant(uint32_t device) const;

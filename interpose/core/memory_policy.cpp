@@ -3,11 +3,14 @@
 // it (burst requests, reclaim, log lines) runs only when a reservation is refused.
 #include "core/memory_policy.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "core/shim_log.h"
+#include "core/swap_engine.h"
 
 namespace fracgpu {
 namespace {
@@ -158,13 +161,52 @@ CUresult MemoryPolicy::allocate_keyed(AllocationTable& table, const char* api, u
   TenantDevice device;
   if (!devices_.current(&device)) return call();
   if (CUresult rc = reserve(device, bytes, api); rc != CUDA_SUCCESS) return rc;
-  const CUresult rc = call();
+  const CUresult rc = guaranteed_call(device.index, call);
   if (rc != CUDA_SUCCESS) {
     release(device.index, bytes);
     return rc;
   }
   remember(table, key(), {static_cast<uint32_t>(device.index), bytes, 0});
   return rc;
+}
+
+// Memory within the tenant's guaranteed request is the tenant's even while a borrower
+// still holds it on the GPU: the broker moves the borrower's memory to host within a
+// tick plus the copy time (guarantee_enforcer.h), so the driver's "out of memory" is
+// waited out for a while instead of being passed on.
+CUresult MemoryPolicy::guaranteed_call(int index, DriverCall call) {
+  CUresult rc = call();
+  if (rc != CUDA_ERROR_OUT_OF_MEMORY || index < 0) return rc;
+  const uint32_t device = static_cast<uint32_t>(index);
+  const TenantQuota* quota = tenant_.quota();
+  const auto within_request = [&] {
+    return quota != nullptr &&
+           ledger_.used(device) <= quota->devices[device].memory_request.load() &&
+           quota->devices[device].memory_request.load() > 0;
+  };
+  if (!within_request()) return rc;
+  FRACGPU_LOG_CAPPED(LogLevel::kInfo, 4,
+                     "the GPU is full but tenant '%s' is within its guaranteed %s: waiting for "
+                     "the broker to take borrowed memory back",
+                     tenant_.tenant().c_str(),
+                     gib(quota->devices[device].memory_request.load()).c_str());
+  int64_t waited_ms = 0;
+  for (int64_t step = 5; rc == CUDA_ERROR_OUT_OF_MEMORY && waited_ms < kGuaranteeWaitMs;
+       step = std::min<int64_t>(step * 2, 100)) {
+    timespec t{0, static_cast<long>(step * 1'000'000)};
+    nanosleep(&t, nullptr);
+    waited_ms += step;
+    rc = call();
+  }
+  return rc;
+}
+
+CUresult MemoryPolicy::allocate_device(CUdeviceptr* dptr, uint64_t bytes, DriverCall call) {
+  TenantDevice device;
+  if (swap_ != nullptr && devices_.current(&device)) {
+    if (auto rc = swap_->allocate(device, dptr, bytes)) return *rc;
+  }
+  return allocate("cuMemAlloc", dptr, bytes, call);
 }
 
 CUresult MemoryPolicy::charge_padding(uint64_t key, uint64_t extra) {
@@ -182,6 +224,9 @@ CUresult MemoryPolicy::charge_padding(uint64_t key, uint64_t extra) {
 }
 
 CUresult MemoryPolicy::free_any(CUdeviceptr ptr, DriverCall call) {
+  if (swap_ != nullptr) {
+    if (auto rc = swap_->free(ptr)) return *rc;
+  }
   auto plain = device_memory_.erase(ptr);
   auto pooled = plain ? std::nullopt : async_memory_.erase(ptr);
   const CUresult rc = call();
@@ -206,7 +251,7 @@ void MemoryPolicy::clamp_memory_info(const TenantDevice& device, size_t* free_by
   const uint32_t index = static_cast<uint32_t>(device.index);
   release(pools_.reclaim_cached(index));
   const uint64_t cap = ledger_.limit(index);
-  const uint64_t in_use = ledger_.used(index);
+  const uint64_t in_use = ledger_.used(index) + ledger_.swapped(index);  // on host counts too
   const uint64_t headroom = in_use < cap ? cap - in_use : 0;
   if (total_bytes) *total_bytes = static_cast<size_t>(cap);
   if (free_bytes) *free_bytes = static_cast<size_t>(std::min<uint64_t>(*free_bytes, headroom));

@@ -31,6 +31,8 @@
 
 namespace fracgpu {
 
+class SwapEngine;
+
 // The real driver call of a hook, its arguments bound.
 using DriverCall = CallRef<CUresult()>;
 
@@ -78,6 +80,15 @@ class MemoryPolicy {
     return allocate_keyed(device_memory_, api, bytes, call,
                           [dptr] { return dptr != nullptr ? key_of(*dptr) : 0; });
   }
+  // cuMemAlloc_v2: backed so that it can move to host when the tenant allows swapping
+  // (swap_engine.h), else as allocate().
+  CUresult allocate_device(CUdeviceptr* dptr, uint64_t bytes, DriverCall call);
+  // The driver's allocation `call`; an out-of-memory answer while the tenant is within its
+  // guaranteed request is retried for up to kGuaranteeWaitMs (a borrower is being moved).
+  static constexpr int64_t kGuaranteeWaitMs = 10'000;
+  CUresult guaranteed_call(int index, DriverCall call);
+  // The engine that backs swappable allocations (set once, before any allocation).
+  void attach_swap(SwapEngine* swap) { swap_ = swap; }
   // The pitch is the driver's choice: charge width x height first, then the padding.
   // `call` is the real allocation, given where to store the pitch.
   template <typename Ptr, typename Size>
@@ -153,6 +164,7 @@ class MemoryPolicy {
   CUresult allocate_keyed(AllocationTable& table, const char* api, uint64_t bytes, DriverCall call,
                           CallRef<uint64_t()> key);
   CUresult charge_padding(uint64_t key, uint64_t extra);
+
   CUresult free_any(CUdeviceptr ptr, DriverCall call);
   template <typename Handle>
   CUresult created_array(const char* api, Handle* array, uint64_t bytes, DriverCall call);
@@ -168,6 +180,7 @@ class MemoryPolicy {
   AllocationTable device_memory_;  // cuMemAlloc*, managed, pitch: pointer -> charge
   AllocationTable async_memory_;   // stream-ordered allocations: pointer -> charge, owner = pool
   AllocationTable arrays_;         // CUarray and CUmipmappedArray handles
+  SwapEngine* swap_ = nullptr;
 };
 
 }  // namespace fracgpu

@@ -18,6 +18,7 @@
 #include "core/driver_calls.h"
 #include "core/graph_memory.h"
 #include "core/memory_policy.h"
+#include "core/swap_engine.h"
 #include "core/tenant_link.h"
 #include "core/vmm_memory.h"
 
@@ -34,7 +35,10 @@ struct TenantPolicies {
         contexts(memory),
         vmm(memory),
         graphs(memory),
-        compute(tenant, devices, calls, fence_ops, tracker, doorbell_path) {}
+        compute(tenant, devices, calls, fence_ops, tracker, doorbell_path),
+        swap(memory, tracker, fence_ops) {
+    memory.attach_swap(&swap);
+  }
 
   // cuCtxDestroy*: the context leaves compute scheduling, then its footprint is released.
   CUresult destroy_context(CUcontext context, DriverCall call) noexcept {
@@ -58,6 +62,7 @@ struct TenantPolicies {
   VmmMemory vmm;
   GraphMemory graphs;
   ComputePolicy compute;
+  SwapEngine swap;
 };
 
 }  // namespace fracgpu

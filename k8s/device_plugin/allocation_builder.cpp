@@ -12,9 +12,9 @@
 
 namespace fracgpu::k8s {
 
-Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids,
-                                       const SliceInventory& inventory, const ResourceClass& cls) {
-  using R = Result<AllocationPlan>;
+Result<ContainerSlices> container_slices(const std::vector<std::string>& device_ids,
+                                         const ResourceClass& cls) {
+  using R = Result<ContainerSlices>;
   if (device_ids.empty()) return R::failure("the request names no fracgpu slices");
   std::string uuid;
   std::string first_id;
@@ -42,6 +42,19 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
     }
     indices.insert(slice->index);
   }
+  ContainerSlices out;
+  out.gpu_uuid = uuid;
+  out.slices.assign(indices.begin(), indices.end());
+  out.tenant = tenant_name_for(uuid, out.slices, cls.tenant_prefix);
+  return out;
+}
+
+Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids,
+                                       const SliceInventory& inventory, const ResourceClass& cls) {
+  using R = Result<AllocationPlan>;
+  auto held = container_slices(device_ids, cls);
+  if (!held) return R::failure(held.error());
+  const std::string& uuid = held->gpu_uuid;
   auto gpu = inventory.gpu(uuid);
   if (!gpu)
     return R::failure("GPU " + uuid +
@@ -51,9 +64,9 @@ Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_id
 
   AllocationPlan plan;
   plan.gpu = gpu->info;
-  plan.slices.assign(indices.begin(), indices.end());
+  plan.slices = std::move(held->slices);
   plan.slices_per_gpu = cls.slices_per_gpu;
-  plan.tenant = tenant_name_for(uuid, plan.slices, cls.tenant_prefix);
+  plan.tenant = std::move(held->tenant);
   const SliceQuota quota =
       quota_for(cls, plan.gpu.memory_capacity, static_cast<int>(plan.slices.size()));
   plan.memory_limit = quota.memory_limit;

@@ -32,8 +32,21 @@ struct AllocationPlan {
   std::string class_label;  // normal, high, besteffort
 };
 
-// Checks the IDs (known, of this class, healthy, one GPU) and computes the tenant and its
-// quota (quota_for). Errors are one sentence meant for `kubectl describe pod`.
+// What a container's slice IDs of one class name: one GPU, the slice indices (sorted,
+// distinct) and the tenant (tenant_name_for with the class's prefix). Checked for their
+// form, one GPU and the class's index range only — not against the node's GPUs — so the
+// same function names the tenant in Allocate and when the kubelet's PodResources list is
+// matched to tenants (pod_attribution.h). Errors are one sentence for `kubectl describe`.
+struct ContainerSlices {
+  std::string gpu_uuid;
+  std::vector<int> slices;
+  std::string tenant;
+};
+Result<ContainerSlices> container_slices(const std::vector<std::string>& device_ids,
+                                         const ResourceClass& cls);
+
+// Checks the IDs (container_slices, and a known, healthy GPU) and computes the tenant and
+// its quota (quota_for). Errors are one sentence meant for `kubectl describe pod`.
 Result<AllocationPlan> plan_allocation(const std::vector<std::string>& device_ids,
                                        const SliceInventory& inventory, const ResourceClass& cls);
 

@@ -1,4 +1,5 @@
-// Admin requests to the broker with retry and backoff (policy in broker_admin.h).
+// Admin requests to the broker with retry and backoff (policy in broker_admin.h), and
+// the TENANT "pod" object in both directions.
 #include "device_plugin/broker_admin.h"
 
 #include <spdlog/spdlog.h>
@@ -9,6 +10,26 @@
 #include "client/admin_client.h"
 
 namespace fracgpu::k8s {
+
+nlohmann::json pod_json(const PodIdentity& pod) {
+  if (pod.empty()) return nlohmann::json::object();
+  return {{"namespace", pod.namespace_name}, {"pod", pod.pod}, {"container", pod.container}};
+}
+
+PodIdentity pod_of(const nlohmann::json& tenant_status) {
+  if (!tenant_status.is_object()) return {};
+  auto it = tenant_status.find("pod");
+  if (it == tenant_status.end() || !it->is_object()) return {};
+  auto text = [&](const char* key) {
+    auto field = it->find(key);
+    return field != it->end() && field->is_string() ? field->get<std::string>() : std::string();
+  };
+  return {text("namespace"), text("pod"), text("container")};
+}
+
+std::string describe(const PodIdentity& pod) {
+  return pod.empty() ? "(no pod)" : pod.namespace_name + "/" + pod.pod + "/" + pod.container;
+}
 
 Result<nlohmann::json> BrokerAdmin::call(const nlohmann::json& request) const {
   std::string last_error = "no attempt was made";
@@ -75,6 +96,18 @@ Result<std::vector<std::string>> BrokerAdmin::tenant_names() const {
       names.push_back(t["name"].get<std::string>());
   }
   return names;
+}
+
+Result<nlohmann::json> BrokerAdmin::tenants() const {
+  auto reply = call({{"op", "list"}});
+  if (!reply) return Result<nlohmann::json>::failure(reply.error());
+  const auto& tenants = (*reply)["tenants"];
+  return tenants.is_array() ? tenants : nlohmann::json::array();
+}
+
+Status BrokerAdmin::set_pod(const std::string& tenant, const PodIdentity& pod) const {
+  auto reply = call({{"op", "update"}, {"tenant", {{"name", tenant}, {"pod", pod_json(pod)}}}});
+  return reply ? Status() : Status::failure(reply.error());
 }
 
 }  // namespace fracgpu::k8s

@@ -4,6 +4,8 @@
 // retried when the broker answered and refused (that answer is final and is passed on
 // to the kubelet as it is). One connection per request: requests are rare (an Allocate,
 // a health poll) and a fresh connection needs no recovery after a broker restart.
+// It also carries a tenant's Kubernetes container ("pod" in TENANT), which the plugin
+// learns from the kubelet (pod_attribution.h) and tells the broker with set_pod.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,22 @@ struct BrokerGpu {
   uint64_t memory_capacity = 0;
 };
 
+// The Kubernetes container a tenant belongs to: TENANT's "pod" object.
+struct PodIdentity {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+  bool empty() const { return pod.empty(); }
+  bool operator==(const PodIdentity&) const = default;
+};
+
+// {"namespace", "pod", "container"}, or {} for an empty identity (which clears it).
+nlohmann::json pod_json(const PodIdentity& pod);
+// A TENANT_STATUS's "pod" (absent or malformed: empty).
+PodIdentity pod_of(const nlohmann::json& tenant_status);
+// "namespace/pod/container", for logs.
+std::string describe(const PodIdentity& pod);
+
 struct RetryPolicy {
   int attempts = 8;  // about 4.5 s in all: long enough for a broker restart
   std::chrono::milliseconds first_delay{100};
@@ -47,6 +65,13 @@ class BrokerAdmin {
 
   // Names of the broker's tenants ("list" op).
   Result<std::vector<std::string>> tenant_names() const;
+
+  // Every tenant's TENANT_STATUS ("list" op).
+  Result<nlohmann::json> tenants() const;
+
+  // An "update" that sets only the tenant's "pod": the broker changes nothing else
+  // (no admission, no quota change).
+  Status set_pod(const std::string& tenant, const PodIdentity& pod) const;
 
   const std::string& run_dir() const { return run_dir_; }
 

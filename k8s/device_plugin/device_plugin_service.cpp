@@ -109,6 +109,7 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
         plan->slices_per_gpu, plan->memory_limit, plan->memory_request, plan->compute,
         plan->priority);
   }
+  if (on_allocated_) on_allocated_();
   return grpc::Status::OK;
 }
 

@@ -4,9 +4,12 @@
 // the inventory and the broker link are shared.
 // Synchronous gRPC: every call is short except ListAndWatch, which holds one server
 // thread for as long as the kubelet watches, waking on inventory changes and on stop().
+// After a successful Allocate, `on_allocated` (when given) is called: the pod
+// attribution's nudge, which never blocks.
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
@@ -19,8 +22,12 @@ namespace fracgpu::k8s {
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
   DevicePluginService(const PluginConfig& config, ResourceClass cls, SliceInventory& inventory,
-                      const BrokerAdmin& broker)
-      : config_(config), class_(std::move(cls)), inventory_(inventory), broker_(broker) {}
+                      const BrokerAdmin& broker, std::function<void()> on_allocated = {})
+      : config_(config),
+        class_(std::move(cls)),
+        inventory_(inventory),
+        broker_(broker),
+        on_allocated_(std::move(on_allocated)) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
                                       v1beta1::DevicePluginOptions* response) override;
@@ -46,6 +53,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   const ResourceClass class_;
   SliceInventory& inventory_;
   const BrokerAdmin& broker_;
+  const std::function<void()> on_allocated_;
   std::atomic<bool> stopping_{false};
 };
 

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   int high_flag = config.high_slices;
   int besteffort_flag = config.besteffort_slices;
   long health_ms = config.health_interval.count();
+  int pod_resources_interval_flag = config.pod_resources_interval;
 
   CLI::App app{
       "fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice, -high, -besteffort) for the "
@@ -54,8 +55,8 @@ int main(int argc, char** argv) {
                      "extra unguaranteed fracgpu.io/gpu-slice-besteffort slices per GPU "
                      "(overrides --config; default 0)");
   app.add_option("--config", config_file,
-                 "config file: JSON or key=value (slices, high-slices, besteffort-slices, each "
-                 "also <key>.<node>)");
+                 "config file: JSON or key=value (slices, high-slices, besteffort-slices, "
+                 "pod-resources-interval, each also <key>.<node>)");
   app.add_option("--node-name", node_name,
                  "this node's name, for per-node config entries (env NODE_NAME)");
   app.add_option("--shim-host-path", config.shim_host_path, "libfracgpu.so on the host")
@@ -67,6 +68,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--health-interval-ms", health_ms, "how often the broker's GPU list is re-read")
       ->capture_default_str();
+  app.add_option("--pod-resources-socket", config.pod_resources_socket,
+                 "the kubelet's PodResources API socket, read to label tenants with their pod")
+      ->capture_default_str();
+  auto* pod_resources_option = app.add_option(
+      "--pod-resources-interval", pod_resources_interval_flag,
+      "seconds between readings of the kubelet's PodResources API (0: off; overrides --config; "
+      "default 10)");
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
   try {
@@ -91,6 +99,8 @@ int main(int argc, char** argv) {
   if (slices_option->count() > 0) config.slices = slices_flag;
   if (high_option->count() > 0) config.high_slices = high_flag;
   if (besteffort_option->count() > 0) config.besteffort_slices = besteffort_flag;
+  if (pod_resources_option->count() > 0)
+    config.pod_resources_interval = pod_resources_interval_flag;
   if (health_ms < 10) {
     spdlog::error("--health-interval-ms must be at least 10, got {}", health_ms);
     return 2;

@@ -34,9 +34,11 @@ struct IntSetting {
   const char* key;
   int PluginConfig::*member;
 };
-constexpr IntSetting kIntSettings[] = {{"slices", &PluginConfig::slices},
-                                       {"high-slices", &PluginConfig::high_slices},
-                                       {"besteffort-slices", &PluginConfig::besteffort_slices}};
+constexpr IntSetting kIntSettings[] = {
+    {"slices", &PluginConfig::slices},
+    {"high-slices", &PluginConfig::high_slices},
+    {"besteffort-slices", &PluginConfig::besteffort_slices},
+    {"pod-resources-interval", &PluginConfig::pod_resources_interval}};
 
 const IntSetting* find_setting(const std::string& key) {
   for (const auto& setting : kIntSettings) {
@@ -180,6 +182,16 @@ Status validate(const PluginConfig& config) {
   if (config.preload_host_path.empty() || config.preload_host_path.front() != '/') {
     return Status::failure("--preload-host-path must be an absolute path, got \"" +
                            config.preload_host_path + "\"");
+  }
+  if (config.pod_resources_interval < 0 ||
+      config.pod_resources_interval > kMaxPodResourcesInterval) {
+    return Status::failure("pod-resources-interval must be between 0 (off) and " +
+                           std::to_string(kMaxPodResourcesInterval) + " seconds, got " +
+                           std::to_string(config.pod_resources_interval));
+  }
+  if (config.pod_resources_socket.empty() || config.pod_resources_socket.front() != '/') {
+    return Status::failure("--pod-resources-socket must be an absolute path, got \"" +
+                           config.pod_resources_socket + "\"");
   }
   if (config.endpoint_name.empty() || config.endpoint_name.find('/') != std::string::npos ||
       config.endpoint_name == kKubeletSocketName) {

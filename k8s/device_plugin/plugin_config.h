@@ -20,6 +20,9 @@ inline constexpr const char* kBestEffortResourceName = "fracgpu.io/gpu-slice-bes
 inline constexpr const char* kApiVersion = "v1beta1";
 inline constexpr const char* kKubeletSocketName = "kubelet.sock";
 inline constexpr const char* kDefaultEndpointName = "fracgpu.sock";
+inline constexpr const char* kDefaultPodResourcesSocket =
+    "/var/lib/kubelet/pod-resources/kubelet.sock";     // the kubelet's PodResources API
+inline constexpr int kMaxPodResourcesInterval = 3600;  // seconds
 // Where Allocate puts things inside the container.
 inline constexpr const char* kContainerShimPath = "/usr/local/fracgpu/lib/libfracgpu.so";
 inline constexpr const char* kContainerPreloadPath = "/etc/ld.so.preload";
@@ -42,12 +45,18 @@ struct PluginConfig {
   // How often the broker's GPU list is re-read (health) and the kubelet socket checked.
   std::chrono::milliseconds health_interval{5000};
   std::chrono::milliseconds kubelet_check_interval{1000};
+  // The kubelet's PodResources API, read to learn which pod and container each tenant
+  // belongs to (pod_attribution_loop.h): every pod_resources_interval seconds and shortly
+  // after each Allocate; 0 turns it off.
+  std::string pod_resources_socket = kDefaultPodResourcesSocket;
+  int pod_resources_interval = 10;
   std::string log_level = "info";
 };
 
 // Reads `path` into `config`. JSON: {"slices": 8, "high-slices": 2, "nodes": {"node-a":
 // {"slices": 4}}}; key=value: "slices=8" and "slices.node-a=4" lines ('#' starts a
-// comment). The keys are slices, high-slices and besteffort-slices; for each key the
+// comment). The keys are slices, high-slices, besteffort-slices and
+// pod-resources-interval (seconds); for each key the
 // entry for `node_name`, when there is one, wins over the plain one. Unknown keys are
 // reported as warnings, never fatal, so a newer ConfigMap does not break an older plugin.
 Status load_config_file(const std::string& path, const std::string& node_name,

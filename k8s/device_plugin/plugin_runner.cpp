@@ -37,6 +37,13 @@ PluginRunner::PluginRunner(PluginConfig config)
     : config_(std::move(config)),
       broker_(config_.broker_run_dir),
       health_probe_(config_.broker_run_dir, single_attempt()) {
+  if (config_.pod_resources_interval > 0) {
+    PodAttributionSettings settings;
+    settings.socket_path = config_.pod_resources_socket;
+    settings.interval = std::chrono::seconds(config_.pod_resources_interval);
+    attribution_ = std::make_unique<PodAttributionLoop>(settings, resource_classes(config_),
+                                                        config_.broker_run_dir);
+  }
   for (auto& cls : resource_classes(config_)) {
     Endpoint endpoint;
     endpoint.cls = std::move(cls);
@@ -68,8 +75,10 @@ bool PluginRunner::start_server(Endpoint& endpoint) {
     spdlog::error("cannot remove the old socket {}: {}", path, std::strerror(errno));
     return false;
   }
-  endpoint.service =
-      std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_, broker_);
+  std::function<void()> on_allocated;
+  if (attribution_) on_allocated = [loop = attribution_.get()] { loop->nudge(); };
+  endpoint.service = std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_,
+                                                           broker_, std::move(on_allocated));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
   builder.RegisterService(endpoint.service.get());
@@ -157,6 +166,12 @@ void PluginRunner::health_loop(const std::atomic<bool>& stop) {
 int PluginRunner::run(const std::atomic<bool>& stop) {
   inventory_.refresh(health_probe_);
   std::thread health([&] { health_loop(stop); });
+  std::thread attribution;
+  if (attribution_) {
+    spdlog::info("reading the kubelet's PodResources API at {} every {} s for the tenants' pods",
+                 config_.pod_resources_socket, config_.pod_resources_interval);
+    attribution = std::thread([&] { attribution_->run(stop); });
+  }
   bool kubelet_missing_logged = false;
   while (!stop) {
     FileIdentity kubelet_now;
@@ -171,6 +186,7 @@ int PluginRunner::run(const std::atomic<bool>& stop) {
   inventory_.stop();
   for (auto& endpoint : endpoints_) stop_server(endpoint);
   health.join();
+  if (attribution.joinable()) attribution.join();
   return 0;
 }
 

@@ -7,7 +7,8 @@
 // endpoint, so one class's socket removed alone is served and registered again too —
 // polling rather than inotify because the directory is a hostPath mount where polling
 // is always reliable and one stat a second is nothing. A second thread re-reads the
-// broker's GPU list for health.
+// broker's GPU list for health, and a third (unless --pod-resources-interval is 0) tells
+// the broker which pod each tenant belongs to (pod_attribution_loop.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,6 +22,7 @@
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/device_plugin_service.h"
 #include "device_plugin/plugin_config.h"
+#include "device_plugin/pod_attribution_loop.h"
 #include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
 
@@ -69,6 +71,7 @@ class PluginRunner {
   BrokerAdmin broker_;        // Allocate: retries while the broker restarts
   BrokerAdmin health_probe_;  // health polls: one attempt, the next poll is the retry
   SliceInventory inventory_;
+  std::unique_ptr<PodAttributionLoop> attribution_;  // null when turned off
   std::vector<Endpoint> endpoints_;  // one per advertised class, in registration order
 };
 

@@ -1,7 +1,8 @@
 // The fracgpu CLI as a user runs it: one-line errors and exit status 2 for bad input
 // before anything starts, refusals from the broker (cap larger than the GPU, no GPU),
 // the command's own exit status, and no tenant or temporary directory left behind —
-// with the node broker and with a private one.
+// with the node broker and with a private one; `status --json`'s api_version, and
+// `fracgpu top --once` against a real broker and a broker that goes away.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
+#include <thread>
 
 #include "cli_fixture.h"
 
@@ -281,6 +284,84 @@ TEST_F(CliTest, StatusAndTenantCommands) {
   r = fracgpu({"status"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("no fracgpu broker"), std::string::npos);
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(CliTest, TopOnceDrawsTheStatusDocumentAsBars) {
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  auto env = broker.env();
+  ASSERT_EQ(fracgpu({"tenant", "create", "web", "--memory", "2GiB", "--memory-request", "1GiB",
+                     "--compute", "70"},
+                    env)
+                .status,
+            0);
+  ASSERT_EQ(fracgpu({"tenant", "create", "etl", "--memory", "1GiB", "--compute", "30"}, env).status,
+            0);
+  auto status = fracgpu({"status", "--json"}, env);
+  ASSERT_EQ(status.status, 0) << status.err;
+  const auto document = nlohmann::json::parse(status.out, nullptr, false);
+  ASSERT_TRUE(document.is_object()) << status.out;
+  EXPECT_EQ(document["api_version"], 1);
+  EXPECT_FALSE(document.contains("ok"));
+
+  env["COLUMNS"] = "100";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = fracgpu({"top", "--once"}, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  EXPECT_EQ(count_of(r.out, "fracgpu top"), 1u) << r.out;
+  EXPECT_EQ(r.out.find('\033'), std::string::npos) << "no colour or clearing through a pipe";
+  EXPECT_EQ(count_of(r.out, "  memory ["), 2u) << r.out;     // one bar line per tenant and GPU
+  EXPECT_NE(r.out.find("70%"), std::string::npos) << r.out;  // the share the weights promise
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  memory [", 0) != 0) continue;
+    EXPECT_EQ(line.size(), 100u) << "bars fill COLUMNS=100: " << line;
+  }
+  // web's memory bar: nothing used yet, its 1 GiB request halfway along its 2 GiB limit.
+  const auto web = r.out.find("\nweb ");
+  ASSERT_NE(web, std::string::npos) << r.out;
+  const auto bar_line = r.out.substr(r.out.find('\n', web + 1) + 1);
+  EXPECT_EQ(bar_line.rfind("  memory [", 0), 0u) << r.out;
+  EXPECT_NE(bar_line.find('|'), std::string::npos) << bar_line;
+  EXPECT_LT(bar_line.find('|'), bar_line.find("]")) << bar_line;
+
+  expect_usage_error({"top", "--once", "--count", "2"}, "--once and --count");
+}
+
+TEST_F(CliTest, TopSaysWhenTheBrokerIsGone) {
+  auto none = fracgpu({"top", "--once"});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_EQ(lines(none.err), 1u) << none.err;
+  EXPECT_NE(none.err.find("no fracgpu broker"), std::string::npos) << none.err;
+  EXPECT_TRUE(none.out.empty()) << none.out;
+
+  // Running, then the broker dies: a few refreshes say so, then one line and exit 1.
+  BrokerProcess broker;
+  ASSERT_TRUE(broker.start()) << broker.log();
+  auto env = broker.env();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    broker.kill9();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto r = fracgpu({"top", "--interval", "0.2"}, env);
+  killer.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("the broker has gone"), std::string::npos) << r.err;
+  EXPECT_GE(count_of(r.out, "GPU 0"), 1u) << r.out;  // frames while it ran
+  EXPECT_GE(count_of(r.out, "(retrying)"), 1u) << r.out;
+  EXPECT_GE(took, std::chrono::seconds(3));  // a restart gets 3 s
+  EXPECT_LT(took, std::chrono::seconds(15));
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // simulated clock: fake tenants that always (or sometimes) want the GPU, drain a
 // fixed time after a revoke, and count the time their work actually ran. Shares,
 // work conservation, ceilings, classes and in-flight bounds are checked against the
-// time each fake held, not against the scheduler's own bookkeeping.
+// time each fake held, not against the scheduler's own bookkeeping; likewise the
+// monitoring counters (wait time, handoffs, grant waits) against what the fakes saw.
 #include "core/gpu_scheduler.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fracgpu/burst_guard.h"  // the shim's decision
@@ -28,8 +31,9 @@ class FakeTenant final : public SchedulingPort {
 
   bool wants = true;
   bool alive = true;
-  int64_t ran_ns = 0;  // time its work occupied the GPU (granted and launching, or draining)
-  int grants = 0;      // times it was granted the GPU
+  int64_t ran_ns = 0;     // time its work occupied the GPU (granted and launching, or draining)
+  int64_t waited_ns = 0;  // time it wanted the GPU, was not granted and had nothing draining
+  int grants = 0;         // times it was granted the GPU
 
   uint32_t waiting() const override { return wants && !granted() ? 1 : 0; }
   bool launched_since(uint32_t epoch) const override {
@@ -64,6 +68,7 @@ class FakeTenant final : public SchedulingPort {
   void tick(int64_t now) {
     now_ = now;
     if (!alive) return;
+    if (wants && !granted() && draining_until_ <= now) waited_ns += kStepNs;
     if (granted() && wants) {
       launched_epoch_ = grant_epoch(word_);
       in_flight_ = true;
@@ -577,6 +582,119 @@ TEST(GpuScheduler, StatusReportsMeasuredShare) {
   EXPECT_NEAR(a->measured_share, 0.70, 0.03);
   EXPECT_GT(a->gpu_seconds, 1.5);
   EXPECT_FALSE(sim.scheduler.status("nobody", sim.now).has_value());
+}
+
+// --- Monitoring counters (fracgpu_compute_wait_seconds_total, fracgpu_gpu_handoffs_total,
+// fracgpu_gpu_grant_wait_seconds): they count, and change no decision.
+
+TEST(GpuScheduler, WaitTimeIsTheTimeATenantWantedTheGpuAndWasNotGranted) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(70));
+  FakeTenant& b = sim.add("b", weight(30));
+  FakeTenant& idle = sim.add("idle", weight(50));
+  idle.wants = false;
+  FakeTenant& high = sim.add("high", weight(100, PriorityClass::kHigh));
+  high.wants = false;  // never launches: its class alone keeps it from waiting
+  const int64_t wall = 2000 * kMs;
+  sim.run_for(wall);
+  const std::pair<const char*, FakeTenant*> competing[] = {{"a", &a}, {"b", &b}};
+  for (auto [name, fake] : competing) {
+    const auto s = sim.scheduler.status(name, sim.now);
+    ASSERT_TRUE(s.has_value());
+    // The fake counts whole steps: at most two steps apart per wait (one per grant).
+    const double tolerance = 2.0 * kStepNs * (fake->grants + 1) / 1e9;
+    EXPECT_NEAR(s->wait_seconds, fake->waited_ns / 1e9, tolerance) << name;
+    EXPECT_GT(s->wait_seconds, 0.2) << name << " competed for the whole run";
+    EXPECT_LE(s->wait_seconds + s->gpu_seconds, wall / 1e9 + 1e-9) << name;
+  }
+  EXPECT_EQ(sim.scheduler.status("idle", sim.now)->wait_seconds, 0.0);
+  EXPECT_EQ(sim.scheduler.status("high", sim.now)->wait_seconds, 0.0);
+  // The weights decide how long each waits: the lighter tenant waits longer.
+  EXPECT_GT(sim.scheduler.status("b", sim.now)->wait_seconds,
+            sim.scheduler.status("a", sim.now)->wait_seconds);
+}
+
+TEST(GpuScheduler, AWaitInProgressCountsUpToNow) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(50));
+  sim.run_for(10 * kMs);  // a holds
+  sim.add("b", weight(50));
+  sim.run_for(5 * kMs);  // b waits, within a's slice
+  const double at_5ms = sim.scheduler.status("b", sim.now)->wait_seconds;
+  EXPECT_NEAR(at_5ms, 0.005, 2.0 * kStepNs / 1e9);
+  EXPECT_NEAR(sim.scheduler.status("b", sim.now + 2 * kMs)->wait_seconds, at_5ms + 0.002, 1e-9);
+  EXPECT_TRUE(a.granted());
+}
+
+TEST(GpuScheduler, HandoffsCountGrantsToAnotherTenantOnly) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(50));
+  FakeTenant& b = sim.add("b", weight(50));
+  std::string last;
+  uint64_t expected = 0;
+  auto run = [&](int64_t duration) {
+    for (int64_t end = sim.now + duration; sim.now < end;) {
+      const std::tuple<const char*, FakeTenant*, int> before[] = {{"a", &a, a.grants},
+                                                                  {"b", &b, b.grants}};
+      sim.run_for(kStepNs);
+      for (auto [name, fake, grants] : before) {
+        if (fake->grants == grants) continue;
+        if (!last.empty() && last != name) ++expected;
+        last = name;
+      }
+    }
+  };
+  run(1000 * kMs);
+  EXPECT_GT(expected, 40u) << "two tenants in contention hand over once per slice";
+  EXPECT_EQ(sim.scheduler.counters().handoffs, expected);
+  // Alone, a is revoked when idle and granted again when it launches: no handoff.
+  b.wants = false;
+  run(100 * kMs);
+  const uint64_t alone = sim.scheduler.counters().handoffs;
+  for (int i = 0; i < 3; ++i) {
+    a.wants = false;
+    run(100 * kMs);  // past idle_revoke
+    a.wants = true;
+    run(20 * kMs);
+    EXPECT_TRUE(a.granted());
+  }
+  EXPECT_GT(a.grants, 3);
+  EXPECT_EQ(sim.scheduler.counters().handoffs, alone);
+  EXPECT_EQ(alone, expected);
+}
+
+TEST(GpuScheduler, EveryGrantObservesItsWaitInTheHistogram) {
+  Simulation sim;
+  FakeTenant& a = sim.add("a", weight(50));
+  FakeTenant& b = sim.add("b", weight(50));
+  sim.run_for(1000 * kMs);
+  const GrantWaitHistogram& h = sim.scheduler.counters().grant_waits;
+  EXPECT_EQ(h.count(), static_cast<uint64_t>(a.grants + b.grants));
+  EXPECT_EQ(h.counts[0], 1u) << "the first grant came at once";
+  // Every later wait is the other tenant's slice (20 ms) plus its drain: the 10..25 ms
+  // bucket, nothing above it.
+  EXPECT_EQ(h.counts[7], h.count() - 1);
+  EXPECT_EQ(GrantWaitHistogram::kBoundsNs[7], 25 * kMs);
+  // The sum is the waits that ended in a grant: everything waited but the wait in progress.
+  const double waited = sim.scheduler.status("a", sim.now)->wait_seconds +
+                        sim.scheduler.status("b", sim.now)->wait_seconds;
+  EXPECT_LE(h.sum_ns / 1e9, waited + 1e-9);
+  EXPECT_GE(h.sum_ns / 1e9, waited - 0.021);
+}
+
+TEST(GrantWaitHistogram, BucketsFollowPrometheusLeSemantics) {
+  GrantWaitHistogram h;
+  h.observe(0);
+  h.observe(100'000);        // exactly the first bound: first bucket
+  h.observe(100'001);        // just above: second
+  h.observe(2'500'000'000);  // the last bound
+  h.observe(3'000'000'000);  // above every bound
+  EXPECT_EQ(h.counts[0], 2u);
+  EXPECT_EQ(h.counts[1], 1u);
+  EXPECT_EQ(h.counts[GrantWaitHistogram::kBoundsNs.size() - 1], 1u);
+  EXPECT_EQ(h.counts[GrantWaitHistogram::kBoundsNs.size()], 1u);
+  EXPECT_EQ(h.count(), 5u);
+  EXPECT_EQ(h.sum_ns, 100'000 + 100'001 + 2'500'000'000 + 3'000'000'000);
 }
 
 }  // namespace

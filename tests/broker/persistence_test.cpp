@@ -2,7 +2,8 @@
 // TenantRegistry (a restarted broker) re-attaching the existing quota and ledger files
 // without resetting counters, grants or registered slots; the run directory's layout
 // and modes (fracgpu/paths.h), and the move of an old layout's files into it without
-// detaching the processes that map them.
+// detaching the processes that map them; a tenant's Kubernetes container ("pod") kept
+// across a restart.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -167,6 +168,45 @@ TEST_F(Persistence, UpdateKeepsGrantWithinNewBounds) {
           .update(json::parse(R"({"name":"a","devices":[{"gpu":0,"memory_limit":34359738368}]})"))
           .ok());
   EXPECT_FALSE(registry.update(json::parse(R"({"name":"zz","devices":[]})")).ok());
+}
+
+// The container the device plugin matched a tenant to is part of tenants.json: a
+// restarted broker labels the tenant's metrics as before, and a cleared one stays cleared.
+TEST_F(Persistence, PodIdentitySurvivesARestartAndClearingIt) {
+  const json pod = {{"namespace", "ml"}, {"pod", "trainer-0"}, {"container", "main"}};
+  {
+    TenantRegistry registry(config, gpus);
+    ASSERT_TRUE(registry.prepare().ok());
+    ASSERT_TRUE(
+        registry
+            .create(json::parse(
+                R"({"name":"s-1a2b3c4d-3","devices":[{"gpu":0,"memory_limit":1073741824}]})"))
+            .ok());
+    ASSERT_TRUE(
+        registry
+            .create(json::parse(R"({"name":"other","devices":[{"gpu":0,"memory_limit":1024}]})"))
+            .ok());
+    auto u = registry.update(json{{"name", "s-1a2b3c4d-3"}, {"pod", pod}});
+    ASSERT_TRUE(u.ok()) << u.error();
+  }
+  std::ifstream in(config.state_dir / "tenants.json");
+  const json state = json::parse(in);
+  ASSERT_EQ(state["tenants"].size(), 2u);
+  EXPECT_EQ(state["tenants"][1]["pod"], pod) << state.dump();  // sorted by name: "other" first
+  EXPECT_FALSE(state["tenants"][0].contains("pod")) << state.dump();
+
+  TenantRegistry restarted(config, gpus);
+  ASSERT_TRUE(restarted.prepare().ok());
+  ASSERT_EQ(restarted.restore(), 2u);
+  ASSERT_NE(restarted.find("s-1a2b3c4d-3"), nullptr);
+  EXPECT_EQ(restarted.find("s-1a2b3c4d-3")->spec.pod, (PodIdentity{"ml", "trainer-0", "main"}));
+  EXPECT_TRUE(restarted.find("other")->spec.pod.empty());
+  ASSERT_TRUE(restarted.update(json{{"name", "s-1a2b3c4d-3"}, {"pod", json::object()}}).ok());
+
+  TenantRegistry again(config, gpus);
+  ASSERT_TRUE(again.prepare().ok());
+  ASSERT_EQ(again.restore(), 2u);
+  EXPECT_TRUE(again.find("s-1a2b3c4d-3")->spec.pod.empty());
 }
 
 TEST_F(Persistence, TenantsWithOwnersLiveUnderTenantsAndKeepTheirKind) {

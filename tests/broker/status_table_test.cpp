@@ -12,6 +12,7 @@
 
 #include "cli/cli_options.h"
 #include "cli/status_command.h"
+#include "cli/top_command.h"
 
 namespace fracgpu::cli {
 namespace {

@@ -1,7 +1,8 @@
 // Tenant names and the TENANT JSON: defaults (request = limit), strict types and
 // ranges, unknown fields refused, partial updates, and the owners (uids that may
 // register) with the rule that an update cannot move a tenant between having owners
-// and having none.
+// and having none; the Kubernetes container a tenant belongs to ("pod": namespace, pod,
+// container under the Kubernetes name rules), set, replaced and cleared by an update.
 #include "core/tenant_spec.h"
 
 #include <gtest/gtest.h>
@@ -260,6 +261,111 @@ TEST(TenantOwners, UpdateChangesOwnersButNotTheTenantsKind) {
   EXPECT_NE(given.error().find("delete it and create it again"), std::string::npos);
   auto still_none = apply_tenant_update(*pod, json::parse(R"({"name":"p","owners":[]})"));
   EXPECT_TRUE(still_none.ok()) << still_none.error();
+}
+
+// The "pod" object of a TENANT: Kubernetes name rules, all three names or none.
+json with_pod(const json& pod) {
+  json t = json::parse(R"({"name":"s-1a2b3c4d-3","devices":[{"gpu":0,"memory_limit":1}]})");
+  t["pod"] = pod;
+  return t;
+}
+
+TEST(TenantPod, ParsedAndWrittenOnlyWhenKnown) {
+  auto none = tenant_spec_from_json(with_pod(json::object()));
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_TRUE(none->pod.empty());
+  EXPECT_FALSE(tenant_spec_to_json(*none).contains("pod"));  // outside Kubernetes: absent
+
+  const json pod = {
+      {"namespace", "ml-team"}, {"pod", "trainer-7d9f8.job-0"}, {"container", "main"}};
+  auto spec = tenant_spec_from_json(with_pod(pod));
+  ASSERT_TRUE(spec.ok()) << spec.error();
+  EXPECT_EQ(spec->pod, (PodIdentity{"ml-team", "trainer-7d9f8.job-0", "main"}));
+  const json persisted = tenant_spec_to_json(*spec);  // also tenants.json's form
+  EXPECT_EQ(persisted["pod"], pod);
+  auto again = tenant_spec_from_json(persisted);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(*again, *spec);
+
+  // The longest names Kubernetes allows.
+  const std::string label(63, 'a');
+  std::string subdomain = std::string(63, 'b') + "." + std::string(63, 'c') + "." +
+                          std::string(63, 'd') + "." + std::string(61, 'e');
+  ASSERT_EQ(subdomain.size(), 253u);
+  auto longest = tenant_spec_from_json(
+      with_pod({{"namespace", label}, {"pod", subdomain}, {"container", label}}));
+  EXPECT_TRUE(longest.ok()) << longest.error();
+}
+
+TEST(TenantPod, BadNamesAndShapesAreRefusedWithTheReason) {
+  const std::string label(63, 'a');
+  const std::string subdomain(253, 'p');
+  const std::vector<std::pair<json, std::string>> bad = {
+      {"ml/main", "\"pod\" must be an object"},
+      {json::array(), "\"pod\" must be an object"},
+      {{{"namespace", "a"}, {"pod", "b"}, {"container", "c"}, {"uid", "x"}},
+       "unknown field \"uid\""},
+      {{{"namespace", "a"}, {"pod", "b"}}, "pod.container is missing"},
+      {{{"pod", "b"}, {"container", "c"}}, "pod.namespace is missing"},
+      {{{"namespace", "a"}, {"container", "c"}}, "pod.pod is missing"},
+      {{{"namespace", ""}, {"pod", "b"}, {"container", "c"}}, "pod.namespace"},
+      {{{"namespace", "a"}, {"pod", ""}, {"container", "c"}}, "pod.pod"},
+      {{{"namespace", "a"}, {"pod", "b"}, {"container", ""}}, "pod.container"},
+      {{{"namespace", 7}, {"pod", "b"}, {"container", "c"}}, "pod.namespace must be"},
+      {{{"namespace", "Team"}, {"pod", "b"}, {"container", "c"}}, "DNS-1123 label"},
+      {{{"namespace", "a.b"}, {"pod", "b"}, {"container", "c"}}, "DNS-1123 label"},
+      {{{"namespace", "-a"}, {"pod", "b"}, {"container", "c"}}, "DNS-1123 label"},
+      {{{"namespace", label + "a"}, {"pod", "b"}, {"container", "c"}}, "at most 63"},
+      {{{"namespace", "a"}, {"pod", "b"}, {"container", "c_1"}}, "pod.container \"c_1\""},
+      {{{"namespace", "a"}, {"pod", "b"}, {"container", "c-"}}, "DNS-1123 label"},
+      {{{"namespace", "a"}, {"pod", subdomain + "p"}, {"container", "c"}}, "at most 253"},
+      {{{"namespace", "a"}, {"pod", "b..c"}, {"container", "c"}}, "DNS-1123 subdomain"},
+      {{{"namespace", "a"}, {"pod", ".b"}, {"container", "c"}}, "DNS-1123 subdomain"},
+      {{{"namespace", "a"}, {"pod", "b."}, {"container", "c"}}, "DNS-1123 subdomain"},
+      {{{"namespace", "a"}, {"pod", "B"}, {"container", "c"}}, "DNS-1123 subdomain"},
+      {{{"namespace", "a"}, {"pod", "b\nc"}, {"container", "c"}}, "DNS-1123 subdomain"},
+      {{{"namespace", "a"}, {"pod", std::string(64, 'x')}, {"container", "c"}},
+       "DNS-1123 subdomain"},  // each label of a subdomain is at most 63, too
+  };
+  auto base = tenant_spec_from_json(with_pod(json::object()));
+  ASSERT_TRUE(base.ok());
+  for (const auto& [pod, reason] : bad) {
+    auto spec = tenant_spec_from_json(with_pod(pod));
+    ASSERT_FALSE(spec.ok()) << pod.dump();
+    EXPECT_NE(spec.error().find(reason), std::string::npos) << pod.dump() << ": " << spec.error();
+    auto updated = apply_tenant_update(*base, json{{"name", base->name}, {"pod", pod}});
+    ASSERT_FALSE(updated.ok()) << pod.dump();
+    EXPECT_NE(updated.error().find(reason), std::string::npos) << updated.error();
+  }
+}
+
+TEST(TenantPod, UpdateSetsReplacesKeepsAndClears) {
+  auto spec = tenant_spec_from_json(with_pod(json::object()));
+  ASSERT_TRUE(spec.ok());
+  const std::string name = spec->name;
+  auto set = apply_tenant_update(
+      *spec,
+      json{{"name", name}, {"pod", {{"namespace", "a"}, {"pod", "p1"}, {"container", "c"}}}});
+  ASSERT_TRUE(set.ok()) << set.error();
+  EXPECT_EQ(set->pod, (PodIdentity{"a", "p1", "c"}));
+  EXPECT_EQ(set->devices, spec->devices);  // a pod-only update changes nothing else
+
+  auto replaced = apply_tenant_update(
+      *set, json{{"name", name}, {"pod", {{"namespace", "b"}, {"pod", "p2"}, {"container", "d"}}}});
+  ASSERT_TRUE(replaced.ok()) << replaced.error();
+  EXPECT_EQ(replaced->pod, (PodIdentity{"b", "p2", "d"}));
+
+  // Not given (the plugin's quota update of a restarted container): kept.
+  auto kept = apply_tenant_update(
+      *replaced, json::parse(R"({"name":"s-1a2b3c4d-3","devices":[{"gpu":0,"memory_limit":2}]})"));
+  ASSERT_TRUE(kept.ok()) << kept.error();
+  EXPECT_EQ(kept->pod, replaced->pod);
+  EXPECT_EQ(kept->devices[0].memory_limit, 2u);
+
+  auto cleared = apply_tenant_update(*kept, json{{"name", name}, {"pod", json::object()}});
+  ASSERT_TRUE(cleared.ok()) << cleared.error();
+  EXPECT_TRUE(cleared->pod.empty());
+  EXPECT_FALSE(tenant_spec_to_json(*cleared).contains("pod"));
 }
 
 }  // namespace

@@ -54,24 +54,17 @@ TEST(ViolationLog, TheLogIsRateLimitedPerTenant) {
       << "one 'suppressed' line, then the violation";
 }
 
-TEST(ViolationLog, MetricsHaveHelpTypeAndAZeroForEveryTenantGpuAndKind) {
+TEST(ViolationLog, SeriesCountEachTenantGpuAndKindUntilForgotten) {
   ViolationLog log;
   log.record(unregistered(7));
-  std::ostringstream out;
-  log.write_metrics(out, {{"bypass", {{0, kUuid}}}, {"good", {{0, kUuid}}}});
-  const std::string text = out.str();
-  EXPECT_NE(text.find("# HELP fracgpu_audit_violations_total "), std::string::npos);
-  EXPECT_NE(text.find("# TYPE fracgpu_audit_violations_total counter\n"), std::string::npos);
-  EXPECT_NE(text.find("fracgpu_audit_violations_total{tenant=\"bypass\",gpu=\"0\",gpu_uuid=\"" +
-                      kUuid + "\",kind=\"unregistered\"} 1\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("fracgpu_audit_violations_total{tenant=\"good\",gpu=\"0\",gpu_uuid=\"" +
-                      kUuid + "\",kind=\"over_cap\"} 0\n"),
-            std::string::npos)
-      << text;
+  log.record(unregistered(8));
+  using Key = ViolationLog::SeriesKey;
+  const Key key{"bypass", 0, kUuid, static_cast<uint32_t>(ViolationKind::kUnregistered)};
+  ASSERT_EQ(log.series().size(), 1u);
+  EXPECT_EQ(log.series().at(key), 2u);
   log.forget("bypass");
   EXPECT_EQ(log.total("bypass"), 0u);
+  EXPECT_TRUE(log.series().empty());
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ DEBIAN12_SONAME_PACKAGE = {
     "libspdlog.so.1.10": "libspdlog1.10",
     "libfmt.so.9": "libfmt9",
     "libcpp-httplib.so.0.11": "libcpp-httplib0.11",
+    "libprometheus-cpp-core.so.1.0": "libprometheus-cpp-core1.0",
     "libgrpc++.so.1.51": "libgrpc++1.51",
     "libgpr.so.29": "libgrpc29",
     "libgrpc.so.29": "libgrpc29",

@@ -14,7 +14,15 @@ Kubernetes API types and the Prometheus Operator CRDs, kubernetes-models); a ren
 install (base or overlay) keeps the DaemonSet rules above and puts every namespaced
 object in the DaemonSet's namespace. Then every fixture in tests/k8s/schema/bad must be
 refused by the validator with exactly the problems its "# expect:" lines name, so the
-validator is shown to bite. Prints one line per problem and exits 1 if there is any.
+validator is shown to bite.
+
+--also DIR (repeatable; k8s/monitoring): a folder whose kustomizations are checked too.
+Without --tools every file its kustomization.yaml names (resources, generators' files)
+must exist, and the resources must parse as Kubernetes objects; with --tools it is built
+and validated like the deploy folder's (the PrometheusRule, the dashboard's ConfigMap).
+Its other YAML files (Prometheus rules, promtool tests, the adapter config) are not
+Kubernetes objects and are left to tests/monitoring.
+Prints one line per problem and exits 1 if there is any.
 """
 import argparse
 import os
@@ -55,6 +63,11 @@ def check_daemonset(ds, where):
         mounts = {m["mountPath"] for m in plugin.get("volumeMounts", [])}
         if "/run/fracgpu" not in mounts:
             problems.append(f"{where}: device-plugin must see /run/fracgpu at its host path")
+        pod_resources = [m for m in plugin.get("volumeMounts", [])
+                         if m["mountPath"] == "/var/lib/kubelet/pod-resources"]
+        if not pod_resources or not pod_resources[0].get("readOnly"):
+            problems.append(f"{where}: device-plugin must mount /var/lib/kubelet/pod-resources read-only "
+                            "(the kubelet's PodResources API, for the tenants' pod labels)")
     init = " ".join(" ".join(c.get("command", [])) for c in spec.get("initContainers", []))
     if "/usr/local/fracgpu/lib/libfracgpu.so" not in init:
         problems.append(f"{where}: the installer's ld.so.preload must name /usr/local/fracgpu/lib/libfracgpu.so")
@@ -74,17 +87,11 @@ def check_sources(root):
             problems.append(f"{path}: does not parse: {error}")
             continue
         for doc in docs:
-            if not isinstance(doc, dict):
-                problems.append(f"{path}: a document is not a mapping")
+            if isinstance(doc, dict) and doc.get("kind") == "Kustomization":
                 continue
-            if doc.get("kind") == "Kustomization":
-                continue
-            for key in ("apiVersion", "kind"):
-                if key not in doc:
-                    problems.append(f"{path}: an object has no {key}")
-            if not (doc.get("metadata") or {}).get("name"):
-                problems.append(f"{path}: a {doc.get('kind')} has no metadata.name")
-            objects.append((path, doc))
+            problems += object_problems(path, doc)
+            if isinstance(doc, dict):
+                objects.append((path, doc))
 
     daemonsets = [(p, d) for p, d in objects if d.get("kind") == "DaemonSet"]
     if len(daemonsets) != 1:
@@ -100,6 +107,52 @@ def check_sources(root):
     return problems
 
 
+def object_problems(path, doc):
+    """A parsed YAML document that must be a Kubernetes object (apiVersion, kind, a name)."""
+    if not isinstance(doc, dict):
+        return [f"{path}: a document is not a mapping"]
+    problems = [f"{path}: an object has no {key}" for key in ("apiVersion", "kind") if key not in doc]
+    if not (doc.get("metadata") or {}).get("name"):
+        problems.append(f"{path}: a {doc.get('kind')} has no metadata.name")
+    return problems
+
+
+def check_extra_sources(root):
+    """Parse-mode check of an --also folder: what each kustomization names exists and parses."""
+    problems = []
+    kustomizations = sorted(root.rglob("kustomization.yaml"))
+    if not kustomizations:
+        return [f"no kustomization.yaml under {root}"]
+    for kustomization in kustomizations:
+        try:
+            spec = yaml.safe_load(kustomization.read_text()) or {}
+        except yaml.YAMLError as error:
+            problems.append(f"{kustomization}: does not parse: {error}")
+            continue
+        folder = kustomization.parent
+        for resource in spec.get("resources", []):
+            path = folder / resource
+            if not path.exists():
+                problems.append(f"{kustomization}: names {resource}, which does not exist")
+                continue
+            if path.is_dir():
+                continue
+            try:
+                docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+            except yaml.YAMLError as error:
+                problems.append(f"{path}: does not parse: {error}")
+                continue
+            for doc in docs:
+                problems += object_problems(path, doc)
+        for generator in spec.get("configMapGenerator", []) + spec.get("secretGenerator", []):
+            for entry in generator.get("files", []):
+                source = entry.split("=", 1)[-1]
+                if not (folder / source).is_file():
+                    problems.append(f"{kustomization}: {generator.get('name')} takes {source}, which does not exist")
+        print(f"{kustomization.relative_to(root.parent)}: {len(spec.get('resources', []))} resources")
+    return problems
+
+
 def run_validator(node, modules, inputs):
     """Runs validate.js over (label, file) pairs; returns (exit status, problem lines, stderr)."""
     command = [node, str(SCHEMA_DIR / "validate.js")]
@@ -110,11 +163,21 @@ def run_validator(node, modules, inputs):
     return result.returncode, [line for line in result.stdout.splitlines() if line], result.stderr.strip()
 
 
-def check_rendered(root, kubectl, node, modules, out_dir):
+def kustomizations(root, extra_roots):
+    """(label, kustomization.yaml) of the deploy folder ("base", "overlays/production") and
+    of each --also folder (named after it: "monitoring")."""
+    found = [(k.parent.relative_to(root).as_posix(), k) for k in sorted(root.rglob("kustomization.yaml"))]
+    for extra in extra_roots:
+        for k in sorted(extra.rglob("kustomization.yaml")):
+            rel = k.parent.relative_to(extra).as_posix()
+            found.append((extra.name if rel == "." else f"{extra.name}/{rel}", k))
+    return found
+
+
+def check_rendered(root, extra_roots, kubectl, node, modules, out_dir):
     problems = []
     renders = []
-    for kustomization in sorted(root.rglob("kustomization.yaml")):
-        label = kustomization.parent.relative_to(root).as_posix()
+    for label, kustomization in kustomizations(root, extra_roots):
         result = subprocess.run([kubectl, "kustomize", str(kustomization.parent)], capture_output=True, text=True)
         if result.returncode != 0:
             problems.append(f"{label}: kubectl kustomize failed: {result.stderr.strip()}")
@@ -185,11 +248,15 @@ def main():
     parser.add_argument("--tools", type=pathlib.Path,
                         help="folder made by tools/fetch_manifest_tools.sh (bin/kubectl, schema/node_modules)")
     parser.add_argument("--node", default="node", help="the Node.js executable")
+    parser.add_argument("--also", type=pathlib.Path, action="append", default=[],
+                        help="another folder of kustomizations to check (k8s/monitoring)")
     args = parser.parse_args()
     root = pathlib.Path(args.deploy_dir)
 
     if args.tools is None:
         problems = check_sources(root)
+        for extra in args.also:
+            problems += check_extra_sources(extra)
     else:
         kubectl = args.tools / "bin" / "kubectl"
         modules = args.tools / "schema" / "node_modules"
@@ -198,7 +265,8 @@ def main():
             print(f"missing {', '.join(missing)}: run tools/fetch_manifest_tools.sh {args.tools}")
             return 1
         with tempfile.TemporaryDirectory() as out_dir:
-            problems = check_rendered(root, str(kubectl), args.node, modules.resolve(), pathlib.Path(out_dir))
+            problems = check_rendered(root, args.also, str(kubectl), args.node, modules.resolve(),
+                                      pathlib.Path(out_dir))
         problems += check_fixtures(args.node, modules.resolve())
 
     for problem in problems:

@@ -1,4 +1,5 @@
-# Tests of the Kubernetes manifests (k8s/deploy), independent of the device plugin's build:
+# Tests of the Kubernetes manifests (k8s/deploy, and k8s/monitoring's kustomization: the
+# PrometheusRule and the dashboard's ConfigMap), independent of the device plugin's build:
 # k8s_manifests_parse (YAML and fracgpu's own rules, needs only python3-yaml) and
 # k8s_manifests_schema (every kustomization built with the pinned kubectl, the output
 # validated against the Kubernetes API types, the validator's bad fixtures refused), which
@@ -20,7 +21,8 @@ find_package(Python3 COMPONENTS Interpreter)
 set(_manifest_check ${CMAKE_CURRENT_SOURCE_DIR}/check_manifests.py)
 set(_manifest_missing "")
 if(Python3_FOUND)
-  add_test(NAME k8s_manifests_parse COMMAND ${Python3_EXECUTABLE} ${_manifest_check} ${PROJECT_SOURCE_DIR}/k8s/deploy)
+  add_test(NAME k8s_manifests_parse COMMAND ${Python3_EXECUTABLE} ${_manifest_check} ${PROJECT_SOURCE_DIR}/k8s/deploy
+                                           --also ${PROJECT_SOURCE_DIR}/k8s/monitoring)
   set_tests_properties(k8s_manifests_parse PROPERTIES LABELS k8s TIMEOUT 60)
 else()
   list(APPEND _manifest_missing "python3")
@@ -64,6 +66,7 @@ if(_manifest_missing)
 else()
   add_test(NAME k8s_manifests_schema
            COMMAND ${Python3_EXECUTABLE} ${_manifest_check} ${PROJECT_SOURCE_DIR}/k8s/deploy
+                   --also ${PROJECT_SOURCE_DIR}/k8s/monitoring
                    --tools ${FRACGPU_MANIFEST_TOOLS_DIR} --node ${FRACGPU_NODE})
   set_tests_properties(k8s_manifests_schema PROPERTIES LABELS k8s TIMEOUT 120)
   message(STATUS "Kubernetes manifest schema test: kubectl and kubernetes-models from ${FRACGPU_MANIFEST_TOOLS_DIR}")

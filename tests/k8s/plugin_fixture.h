@@ -5,7 +5,9 @@
 // a derived fixture picks the slices per GPU (and the extra flags, e.g. high and
 // best-effort slices, with the number of resources the plugin then registers) and the
 // shim/preload host paths the plugin mounts by setting the members below in its
-// constructor.
+// constructor. The plugin reads the kubelet's PodResources API on a socket in the test's
+// directory (pod_resources_socket(); nothing serves it unless a test starts
+// fake_pod_resources.h there), never the host's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -36,6 +38,7 @@ class PluginNodeTest : public ::testing::Test {
     env_["FAKECUDA_DEVICE_COUNT"] = "2";
     env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
     std::filesystem::create_directories(plugin_dir());
+    std::filesystem::create_directories(dir_.path() + "/pod-resources");
     start_broker();
     if (HasFatalFailure()) return;
     auto gpus = admin_.gpus();
@@ -61,6 +64,7 @@ class PluginNodeTest : public ::testing::Test {
 
   std::string plugin_dir() const { return dir_.path() + "/device-plugins"; }
   std::string run_dir() const { return dir_.path() + "/run"; }
+  std::string pod_resources_socket() const { return dir_.path() + "/pod-resources/kubelet.sock"; }
 
   void start_broker() {
     client::BrokerLaunch launch;
@@ -97,7 +101,10 @@ class PluginNodeTest : public ::testing::Test {
                                      "--health-interval-ms",
                                      "200",
                                      "--log-level",
-                                     "debug"};
+                                     "debug",
+                                     "--pod-resources-socket",
+                                     pod_resources_socket()};
+    argv.insert(argv.end(), pod_resources_args_.begin(), pod_resources_args_.end());
     argv.insert(argv.end(), slice_args.begin(), slice_args.end());
     Environment env = env_;
     for (const auto& [key, value] : extra_env) env[key] = value;
@@ -197,8 +204,9 @@ class PluginNodeTest : public ::testing::Test {
 
   // What the plugin is started with; a derived fixture may change them in its constructor.
   int slices_ = 4;
-  std::vector<std::string> extra_args_;  // e.g. {"--high-slices", "2"}
-  int registrations_per_start_ = 1;      // resources the plugin registers with those flags
+  std::vector<std::string> extra_args_;          // e.g. {"--high-slices", "2"}
+  int registrations_per_start_ = 1;              // resources the plugin registers with those flags
+  std::vector<std::string> pod_resources_args_;  // e.g. {"--pod-resources-interval", "1"}
   std::string shim_host_path_ = "/opt/fracgpu/libfracgpu.so";
   std::string preload_host_path_ = "/opt/fracgpu/ld.so.preload";
 

@@ -12,6 +12,11 @@
 //   lifetimes --bytes N           memory that outlives the call that "frees" it: a VMM
 //                                 handle released while still mapped, a pool destroyed
 //                                 with an allocation outstanding (charge while alive, 0 after)
+//   pattern --bytes N --chunk C --go FILE
+//                                 allocate N bytes in chunks of C, fill each with its own
+//                                 pattern, print, wait for FILE (memory may move to host
+//                                 meanwhile), then read everything back and report whether
+//                                 it is intact and how long the first read took (a swap-in)
 //   info                          cuMemGetInfo / cuDeviceTotalMem
 //   pairs --bytes N --count K     time K cuMemAlloc+cuMemFree pairs of N bytes (ns per pair,
 //                                 median of 5 rounds after a warm-up round)
@@ -175,6 +180,40 @@ int hold(const Args& a) {
   std::printf("{\"holding\":%llu}\n", static_cast<unsigned long long>(a.bytes));
   std::fflush(stdout);
   for (;;) pause();
+}
+
+uint32_t pattern_word(std::size_t chunk, std::size_t word) {
+  return static_cast<uint32_t>(chunk * 2654435761u) ^ static_cast<uint32_t>(word * 40503u);
+}
+
+int pattern(const Args& a) {
+  start();
+  std::vector<CUdeviceptr> chunks;
+  std::vector<uint32_t> host(a.chunk / 4);
+  for (uint64_t done = 0; done + a.chunk <= a.bytes; done += a.chunk) {
+    CUdeviceptr p = 0;
+    CHECK(cuMemAlloc(&p, a.chunk));
+    for (std::size_t w = 0; w < host.size(); ++w) host[w] = pattern_word(chunks.size(), w);
+    CHECK(cuMemcpyHtoD(p, host.data(), a.chunk));
+    chunks.push_back(p);
+  }
+  std::printf("{\"ready\":%zu}\n", chunks.size());
+  std::fflush(stdout);
+  while (access(a.go_file.c_str(), F_OK) != 0) usleep(2000);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool intact = true;
+  double first_ms = -1;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    CHECK(cuMemcpyDtoH(host.data(), chunks[c], a.chunk));
+    if (first_ms < 0)
+      first_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (std::size_t w = 0; w < host.size() && intact; ++w) intact = host[w] == pattern_word(c, w);
+  }
+  for (CUdeviceptr p : chunks) CHECK(cuMemFree(p));
+  std::printf("{\"intact\":%s,\"chunks\":%zu,\"resume_ms\":%.1f}\n", intact ? "true" : "false",
+              chunks.size(), first_ms);
+  return intact ? 0 : 3;
 }
 
 // Each route charges at least `bytes` and gives all of it back.
@@ -440,6 +479,7 @@ int main(int argc, char** argv) {
   if (a.mode == "hold") return hold(a);
   if (a.mode == "routes") return routes(a);
   if (a.mode == "info") return info();
+  if (a.mode == "pattern") return pattern(a);
   if (a.mode == "pairs") return pairs(a);
   if (a.mode == "lifetimes") return lifetimes(a);
   if (a.mode == "devices") return devices();

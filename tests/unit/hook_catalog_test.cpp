@@ -133,6 +133,21 @@ TEST(HookCatalog, EveryLaunchCopyMemsetAndPrefetchIsGated) {
     gated += info.kind == HookKind::kGated;
   }
   EXPECT_EQ(gated, 60);
+}
+
+// Every synchronous copy and memset waits until memory the shim moved to host is back
+// (swap_engine.h): they are RESIDENT rows, and every such driver export is one.
+TEST(HookCatalog, EverySynchronousCopyAndMemsetIsResident) {
+  const std::regex sync_base(R"(cuMem(cpy|set)\w*)");
+  int resident = 0;
+  for (const HookInfo& info : kHookCatalog) {
+    SCOPED_TRACE(std::string(info.symbol));
+    const std::string base(info.base);
+    const bool sync = std::regex_match(base, sync_base) && base.find("Async") == std::string::npos;
+    EXPECT_EQ(info.kind == HookKind::kResident, sync);
+    resident += info.kind == HookKind::kResident;
+  }
+  EXPECT_EQ(resident, 57);
   EXPECT_EQ(hook_info(HookId::cuInit).kind, HookKind::kForward);
   EXPECT_EQ(hook_info(HookId::cuMemAlloc_v2).kind, HookKind::kBody);
 }

@@ -1,0 +1,189 @@
+// The decisions of GuaranteeEnforcer (see guarantee_enforcer.h).
+#include "core/guarantee_enforcer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "core/ledger_ops.h"
+#include "core/quantity_parser.h"
+#include "fracgpu/futex_word.h"
+#include "fracgpu/monotonic_clock.h"
+
+namespace fracgpu::broker {
+namespace {
+
+constexpr int64_t kReportEveryNs = 60'000'000'000;  // one line per borrower per minute
+
+uint64_t borrowed(const DeviceQuota& q) {
+  const uint64_t grant = q.memory_grant.load(), request = q.memory_request.load();
+  return grant > request ? grant - request : 0;
+}
+
+void publish_target(DeviceQuota& q, uint64_t target) {
+  q.resident_target.store(target);
+  q.swap_word.fetch_add(1);
+  futex_wake_all(q.swap_word);
+}
+
+}  // namespace
+
+std::string GuaranteeEnforcer::key(const std::string& tenant, uint32_t gpu) {
+  return tenant + "/" + std::to_string(gpu);
+}
+
+uint64_t GuaranteeEnforcer::swapped_total(std::span<const ArbiterMember> all) const {
+  uint64_t sum = 0;
+  for (const auto& m : all)
+    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i)
+      sum += m.ledger->devices[i].swapped.load();
+  return sum;
+}
+
+bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter,
+                             int64_t now_ns) {
+  std::set<uint32_t> gpus;
+  for (const auto& m : all)
+    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i)
+      if (m.quota->devices[i].present == 1) gpus.insert(m.quota->devices[i].host_index);
+  bool changed = false;
+  for (uint32_t gpu : gpus) changed |= enforce_gpu(all, arbiter, gpu, now_ns);
+  // Demands of tenants (or GPUs) that are gone.
+  for (auto it = demands_.begin(); it != demands_.end();) {
+    const bool present = std::any_of(all.begin(), all.end(), [&](const ArbiterMember& m) {
+      return m.name == it->second.tenant;
+    });
+    it = present ? std::next(it) : demands_.erase(it);
+  }
+  return changed;
+}
+
+// A met demand: the grant comes down to what the borrower now holds, the demand goes.
+// A demand past its deadline: the memory could not move.
+bool GuaranteeEnforcer::settle(const Holding& h, int64_t now_ns) {
+  auto it = demands_.find(key(h.member->name, h.quota->host_index));
+  if (it == demands_.end()) return false;
+  SwapDemand& d = it->second;
+  const uint64_t used = h.usage->used.load();
+  if (used <= d.target) {
+    ledger::lower_grant(*h.quota, *h.usage, std::max(h.quota->memory_request.load(), used));
+    publish_target(*h.quota, kNoResidentTarget);
+    spdlog::info("tenant {}: {} of its memory on GPU {} is on host now; its grant is {}",
+                 d.tenant, format_size(h.usage->swapped.load()), d.gpu,
+                 format_size(h.quota->memory_grant.load()));
+    demands_.erase(it);
+    return true;
+  }
+  if (now_ns >= d.deadline_ns && !d.reported) {
+    d.reported = true;
+    unswappable(h, used - d.target, "did not move it to host memory in time");
+  }
+  return false;
+}
+
+void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const char* why) {
+  ++unswappable_reports_;
+  const std::string& name = h.member->name;
+  const int64_t now = monotonic_ns();
+  auto& last = last_report_ns_[name];
+  if (last == 0 || now - last >= kReportEveryNs || config_.kill_unswappable) {
+    last = now;
+    spdlog::warn(
+        "tenant {} borrows {} on GPU {} that a guaranteed tenant needs, and {}{}", name,
+        format_size(bytes), h.quota->host_index, why,
+        config_.kill_unswappable ? ": stopping its processes (--reclaim kill)"
+                                 : " (with --reclaim kill the broker would stop it)");
+  }
+  if (config_.kill_unswappable && kill_) kill_(name);
+}
+
+void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
+                               uint64_t* budget_left) {
+  const uint64_t used = h.usage->used.load();
+  const std::string k = key(h.member->name, h.quota->host_index);
+  if (h.quota->swap_policy.load() != kSwapAllow) {
+    unswappable(h, take, "its memory may not move (swap never)");
+    return;
+  }
+  if (take > *budget_left) {
+    unswappable(h, take, "the node's host-memory budget for swapped memory is spent");
+    return;
+  }
+  *budget_left -= take;
+  SwapDemand d;
+  d.tenant = h.member->name;
+  d.gpu = h.quota->host_index;
+  d.target = used - take;
+  d.deadline_ns = now_ns + config_.grace_ns +
+                  static_cast<int64_t>(static_cast<double>(take) / config_.copy_bytes_per_second *
+                                       1e9);
+  publish_target(*h.quota, d.target);
+  spdlog::info("tenant {}: asked to move {} on GPU {} to host memory (a guarantee needs it)",
+               d.tenant, format_size(take), d.gpu);
+  demands_[k] = d;
+}
+
+bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
+                                    const MemoryArbiter& arbiter, uint32_t gpu, int64_t now_ns) {
+  std::vector<Holding> on_gpu;
+  for (const auto& m : all)
+    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i) {
+      DeviceQuota& q = m.quota->devices[i];
+      if (q.present == 1 && q.host_index == gpu) on_gpu.push_back({&m, &q, &m.ledger->devices[i]});
+    }
+  bool changed = false;
+  for (const Holding& h : on_gpu) changed |= settle(h, now_ns);
+  const uint64_t cap = arbiter.capacity(gpu), guaranteed = arbiter.guaranteed_on(all, gpu);
+  const uint64_t pool = cap > guaranteed ? cap - guaranteed : 0;
+  auto over = [&] {
+    uint64_t sum = 0;
+    for (const Holding& h : on_gpu) sum += borrowed(*h.quota);
+    return sum > pool ? sum - pool : 0;
+  };
+  uint64_t excess = over();
+  if (excess == 0) {
+    for (const Holding& h : on_gpu) {  // nothing is owed any more: withdraw open demands
+      auto it = demands_.find(key(h.member->name, gpu));
+      if (it == demands_.end()) continue;
+      publish_target(*h.quota, kNoResidentTarget);
+      demands_.erase(it);
+      changed = true;
+    }
+    return changed;
+  }
+  for (const Holding& h : on_gpu)  // idle headroom first: it costs nobody anything
+    ledger::lower_grant(*h.quota, *h.usage,
+                        std::max(h.quota->memory_request.load(), h.usage->used.load()));
+  excess = over();
+  changed = true;
+  if (excess == 0) return changed;
+  // What open demands will free counts already.
+  for (const Holding& h : on_gpu) {
+    auto it = demands_.find(key(h.member->name, gpu));
+    if (it == demands_.end()) continue;
+    const uint64_t used = h.usage->used.load();
+    const uint64_t coming = used > it->second.target ? used - it->second.target : 0;
+    excess = excess > coming ? excess - coming : 0;
+  }
+  std::vector<Holding> victims;
+  for (const Holding& h : on_gpu)
+    if (borrowed(*h.quota) > 0 && !demands_.count(key(h.member->name, gpu))) victims.push_back(h);
+  std::sort(victims.begin(), victims.end(), [](const Holding& a, const Holding& b) {
+    const uint32_t pa = a.quota->priority.load(), pb = b.quota->priority.load();
+    if (pa != pb) return pa < pb;  // best-effort (low) before normal before high
+    return borrowed(*a.quota) > borrowed(*b.quota);
+  });
+  const uint64_t on_host = swapped_total(all);
+  uint64_t budget_left = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
+  for (const Holding& h : victims) {
+    if (excess == 0) break;
+    const uint64_t take = std::min(excess, borrowed(*h.quota));
+    demand(h, take, now_ns, &budget_left);
+    excess -= take;
+  }
+  return changed;
+}
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,83 @@
+// GuaranteeEnforcer: keeps every tenant's guaranteed memory obtainable on its GPU,
+// whatever others borrowed (docs/design.md "Overcommit and swap").
+//
+// The arbiter lends a GPU's unguaranteed pool U = capacity - sum(requests) as burst
+// grants above requests. When U shrinks under what is already borrowed — a tenant with
+// a guarantee was admitted, or a request was raised — the borrowed bytes sit on memory
+// that is now promised. Each maintenance tick (100 ms) this class, per GPU:
+//  1. settles demands that were met: the borrower's grant comes down to what it now
+//     holds (so its memory can only come back through a new burst the arbiter weighs),
+//     and the demand is withdrawn;
+//  2. takes back idle headroom (grants above used) from every borrower;
+//  3. for what is still over-borrowed, asks borrowers — lower classes first, then the
+//     largest borrowing — to move memory to host: DeviceQuota.resident_target and a
+//     swap_word wake-up (their processes' swap threads act, interpose/core/swap_engine.h),
+//     within the node's host-memory budget;
+//  4. reports a borrower that cannot (swap "never", budget spent, or the demand not met
+//     by its deadline: memory that cannot move) and, with reclaim = kill, stops its
+//     processes the way the kubelet evicts a pod over its request.
+// Pure decisions over the segments; the clock and the kill are injected. Cost: one pass
+// over the tenants' device quotas per tick (no allocation unless something is borrowed).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+
+#include "core/memory_arbiter.h"
+
+namespace fracgpu::broker {
+
+struct EnforcerConfig {
+  uint64_t host_budget = 0;   // bytes all tenants together may hold on host (0 = no swapping)
+  bool kill_unswappable = false;
+  int64_t grace_ns = 1'000'000'000;  // beyond the copy time a demand may take
+  double copy_bytes_per_second = 4e9;  // a conservative host-link figure for the deadline
+};
+
+struct SwapDemand {
+  std::string tenant;
+  uint32_t gpu = 0;
+  uint64_t target = 0;  // resident bytes asked for
+  int64_t deadline_ns = 0;
+  bool reported = false;
+};
+
+class GuaranteeEnforcer {
+ public:
+  // Stops every process of the tenant (reclaim = kill); returns how many were signalled.
+  using KillTenant = std::function<int(const std::string& tenant)>;
+
+  GuaranteeEnforcer(EnforcerConfig config, KillTenant kill)
+      : config_(config), kill_(std::move(kill)) {}
+
+  // One step; true when it changed a grant or a demand (the caller re-notes grants).
+  bool tick(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, int64_t now_ns);
+
+  const std::map<std::string, SwapDemand>& demands() const { return demands_; }
+  uint64_t unswappable_reports() const { return unswappable_reports_; }
+  uint64_t swapped_total(std::span<const ArbiterMember> all) const;
+
+ private:
+  struct Holding {
+    const ArbiterMember* member = nullptr;
+    DeviceQuota* quota = nullptr;
+    DeviceUsage* usage = nullptr;
+  };
+  bool enforce_gpu(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, uint32_t gpu,
+                   int64_t now_ns);
+  bool settle(const Holding& h, int64_t now_ns);
+  void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
+  void unswappable(const Holding& h, uint64_t bytes, const char* why);
+  static std::string key(const std::string& tenant, uint32_t gpu);
+
+  EnforcerConfig config_;
+  KillTenant kill_;
+  std::map<std::string, SwapDemand> demands_;  // by tenant/gpu
+  std::map<std::string, int64_t> last_report_ns_;
+  uint64_t unswappable_reports_ = 0;
+};
+
+}  // namespace fracgpu::broker

@@ -1,0 +1,426 @@
+// The moves of SwapEngine (see swap_engine.h): VMM backing of swappable allocations, the
+// swap-out on the broker's demand, the swap-in at the next device-memory call, and the
+// swap thread that waits for demands on the quota's swap_word.
+#include "core/swap_engine.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/shim_log.h"
+#include "fracgpu/futex_word.h"
+#include "fracgpu/monotonic_clock.h"
+
+namespace fracgpu {
+namespace {
+
+constexpr int64_t kDemandPollNs = 200'000'000;  // also looks without a wake-up (other GPUs)
+
+void sleep_ns(int64_t ns) {
+  timespec t{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&t, nullptr);
+}
+
+CUmemAllocationProp device_prop(CUdevice ordinal) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  return prop;
+}
+
+// Pushes `ctx` for the scope (the swap thread has no current context of its own).
+class ContextScope {
+ public:
+  ContextScope(const DriverCalls& calls, CUcontext ctx) : calls_(calls) {
+    pushed_ = ctx != nullptr && calls_.cuCtxPushCurrent != nullptr &&
+              calls_.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
+  }
+  ~ContextScope() {
+    CUcontext popped = nullptr;
+    if (pushed_) calls_.cuCtxPopCurrent(&popped);
+  }
+
+ private:
+  const DriverCalls& calls_;
+  bool pushed_ = false;
+};
+
+// Host memory for a swapped allocation: anonymous memory on transparent huge pages,
+// registered (pinned) with the driver. Pinning 2 MiB pages is several times faster than
+// cuMemHostAlloc's 4 KiB ones, and the copy then runs at the host link's speed. Falls back
+// to cuMemHostAlloc where registration is not available.
+void* pinned_host(const DriverCalls& calls, uint64_t size) {
+  if (calls.cuMemHostRegister != nullptr && calls.cuMemHostUnregister != nullptr) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, size, MADV_HUGEPAGE);
+      if (calls.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) return p;
+      munmap(p, size);
+    }
+  }
+  void* host = nullptr;
+  if (calls.cuMemHostAlloc(&host, size, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return nullptr;
+  return host;
+}
+
+void free_pinned_host(const DriverCalls& calls, void* host, uint64_t size) {
+  if (host == nullptr) return;
+  if (calls.cuMemHostUnregister != nullptr && calls.cuMemHostUnregister(host) == CUDA_SUCCESS) {
+    munmap(host, size);
+    return;
+  }
+  calls.cuMemFreeHost(host);
+}
+
+}  // namespace
+
+void ResidencyGate::close_and_wait() noexcept {
+  open_.store(false, std::memory_order_seq_cst);
+  while (inside_.load(std::memory_order_seq_cst) != 0) sleep_ns(20'000);
+}
+
+SwapEngine::SwapEngine(MemoryPolicy& memory, CaptureTracker& captures, const FenceOps& fence_ops)
+    : memory_(memory), captures_(captures), calls_(memory.driver()), fence_ops_(fence_ops) {}
+
+bool SwapEngine::wants(uint64_t bytes, uint64_t granule) const noexcept {
+  return granule != 0 && bytes >= granule && (bytes % granule == 0 || bytes >= 8 * granule);
+}
+
+uint64_t SwapEngine::granularity(CUdevice ordinal) noexcept {
+  const CUmemAllocationProp prop = device_prop(ordinal);
+  size_t granule = 0;
+  if (calls_.cuMemGetAllocationGranularity == nullptr ||
+      calls_.cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS) {
+    return 0;
+  }
+  return granule % kSwapPage == 0 ? granule : 0;  // the ledger counts host pages of kSwapPage
+}
+
+// Physical memory for `b` mapped at `va`, readable and writable by its device and by
+// every device that can reach it as a peer (what cuMemAlloc memory is once peer access
+// is enabled).
+CUresult SwapEngine::map_physical(CUdeviceptr va, const Backed& b,
+                                  CUmemGenericAllocationHandle* handle) {
+  const CUmemAllocationProp prop = device_prop(b.ordinal);
+  CUresult rc = calls_.cuMemCreate(handle, b.size, &prop, 0);
+  if (rc != CUDA_SUCCESS) return rc;
+  rc = calls_.cuMemMap(va, b.size, 0, *handle, 0);
+  if (rc != CUDA_SUCCESS) {
+    calls_.cuMemRelease(*handle);
+    return rc;
+  }
+  CUmemAccessDesc access[kMaxDevices] = {};
+  size_t n = 0;
+  int count = 1;
+  if (calls_.cuDeviceGetCount != nullptr) calls_.cuDeviceGetCount(&count);
+  for (int d = 0; d < count && n < kMaxDevices; ++d) {
+    int can = d == b.ordinal ? 1 : 0;
+    if (d != b.ordinal && calls_.cuDeviceCanAccessPeer != nullptr &&
+        calls_.cuDeviceCanAccessPeer(&can, d, b.ordinal) != CUDA_SUCCESS)
+      can = 0;
+    if (!can) continue;
+    access[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[n].location.id = d;
+    access[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ++n;
+  }
+  rc = calls_.cuMemSetAccess(va, b.size, access, n);
+  if (rc != CUDA_SUCCESS) {
+    calls_.cuMemUnmap(va, b.size);
+    calls_.cuMemRelease(*handle);
+  }
+  return rc;
+}
+
+std::optional<CUresult> SwapEngine::allocate(const TenantDevice& device, CUdeviceptr* dptr,
+                                             uint64_t bytes) {
+  if (dptr == nullptr || device.index < 0 || device.index >= static_cast<int>(kMaxDevices))
+    return std::nullopt;
+  const TenantQuota* quota = memory_.tenant().quota();
+  if (quota == nullptr || quota->devices[device.index].swap_policy.load(
+                              std::memory_order_relaxed) != kSwapAllow)
+    return std::nullopt;
+  if (calls_.cuMemAddressReserve == nullptr || calls_.cuMemCreate == nullptr ||
+      calls_.cuMemMap == nullptr || calls_.cuMemSetAccess == nullptr ||
+      calls_.cuMemHostAlloc == nullptr || calls_.cuMemcpyDtoH == nullptr)
+    return std::nullopt;
+  uint64_t& granule = granule_[device.index];
+  if (granule == 0) granule = granularity(device.ordinal);
+  if (!wants(bytes, granule)) return std::nullopt;
+  Backed b;
+  b.index = device.index;
+  b.ordinal = device.ordinal;
+  b.size = (bytes + granule - 1) / granule * granule;
+  if (fence_ops_.ctx_get_current != nullptr) fence_ops_.ctx_get_current(&b.context);
+  if (CUresult rc = memory_.reserve(device, b.size, "cuMemAlloc"); rc != CUDA_SUCCESS) return rc;
+  CUdeviceptr va = 0;
+  CUresult rc = calls_.cuMemAddressReserve(&va, b.size, granule, 0, 0);
+  if (rc == CUDA_SUCCESS) {
+    rc = memory_.guaranteed_call(device.index, [&] { return map_physical(va, b, &b.handle); });
+    if (rc != CUDA_SUCCESS) calls_.cuMemAddressFree(va, b.size);
+  }
+  if (rc != CUDA_SUCCESS) {
+    memory_.release(device.index, b.size);
+    // Out of device memory is the application's answer; anything else (no VMM support
+    // here) means this allocation is simply made natively.
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) return rc;
+    return std::nullopt;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    backed_[va] = b;
+  }
+  devices_used_.fetch_or(1u << device.index, std::memory_order_relaxed);
+  gate_.arm();
+  if (!thread_started_.exchange(true)) start_thread();
+  *dptr = va;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> SwapEngine::free(CUdeviceptr ptr) {
+  if (!gate_.armed()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = backed_.find(ptr);
+  if (it == backed_.end()) return std::nullopt;
+  Backed b = it->second;
+  backed_.erase(it);
+  if (b.handle != 0) {
+    // cuMemFree waits for work that may still use the memory; so does this free.
+    captures_.run_unless_capturing([&] {
+      ContextScope scope(calls_, b.context);
+      if (calls_.cuCtxSynchronize != nullptr) calls_.cuCtxSynchronize();
+    });
+    calls_.cuMemUnmap(ptr, b.size);
+    calls_.cuMemRelease(b.handle);
+    memory_.release(b.index, b.size);
+  } else {
+    free_pinned_host(calls_, b.host, b.size);
+    memory_.tenant().ledger().left_host(static_cast<uint32_t>(b.index), b.size);
+    swapped_bytes_.fetch_sub(b.size, std::memory_order_relaxed);
+  }
+  calls_.cuMemAddressFree(ptr, b.size);
+  return CUDA_SUCCESS;
+}
+
+std::size_t SwapEngine::backed_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return backed_.size();
+}
+
+// Every context this process allocated swappable memory of device `index` in: what runs
+// there may use it.
+void SwapEngine::synchronise(int index) noexcept {
+  std::vector<CUcontext> contexts;
+  for (const auto& [va, b] : backed_)
+    if (b.index == index && std::find(contexts.begin(), contexts.end(), b.context) == contexts.end())
+      contexts.push_back(b.context);
+  for (CUcontext ctx : contexts) {
+    ContextScope scope(calls_, ctx);
+    if (calls_.cuCtxSynchronize != nullptr) calls_.cuCtxSynchronize();
+  }
+}
+
+bool SwapEngine::move_to_host(CUdeviceptr va, Backed& b) noexcept {
+  ContextScope scope(calls_, b.context);
+  void* host = pinned_host(calls_, b.size);
+  if (host == nullptr) return false;
+  if (calls_.cuMemcpyDtoH(host, va, b.size) != CUDA_SUCCESS) {
+    free_pinned_host(calls_, host, b.size);
+    return false;
+  }
+  if (calls_.cuMemUnmap(va, b.size) != CUDA_SUCCESS) {
+    free_pinned_host(calls_, host, b.size);
+    return false;
+  }
+  calls_.cuMemRelease(b.handle);
+  b.handle = 0;
+  b.host = host;
+  memory_.tenant().ledger().moved_to_host(static_cast<uint32_t>(b.index), b.size);
+  swapped_bytes_.fetch_add(b.size, std::memory_order_relaxed);
+  return true;
+}
+
+uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MemoryLedger& ledger = memory_.tenant().ledger();
+  const uint32_t device = static_cast<uint32_t>(index);
+  if (ledger.used(device) <= target) return 0;
+  std::vector<CUdeviceptr> order;
+  for (const auto& [va, b] : backed_)
+    if (b.index == index && b.handle != 0) order.push_back(va);
+  if (order.empty()) return 0;
+  std::sort(order.begin(), order.end(),
+            [&](CUdeviceptr a, CUdeviceptr c) { return backed_[a].size > backed_[c].size; });
+  uint64_t moved = 0;
+  const int64_t start = monotonic_ns();
+  const bool ran = captures_.run_unless_capturing([&] {
+    gate_.close_and_wait();
+    synchronise(index);
+    const auto& quota = memory_.tenant().quota()->devices[index];
+    for (CUdeviceptr va : order) {
+      if (ledger.used(device) <= target) break;
+      // The broker may withdraw or change its demand meanwhile (the guarantee went away):
+      // then stop moving, the swap thread looks at the new demand next.
+      if (quota.resident_target.load(std::memory_order_acquire) != target) break;
+      Backed& b = backed_[va];
+      if (!move_to_host(va, b)) {
+        FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8,
+                           "cannot move %llu bytes at 0x%llx to host memory; they stay on the GPU",
+                           static_cast<unsigned long long>(b.size),
+                           static_cast<unsigned long long>(va));
+        break;
+      }
+      moved += b.size;
+    }
+    if (swapped_bytes_.load(std::memory_order_relaxed) == 0) gate_.open();
+  });
+  if (!ran) return 0;
+  if (moved > 0) {
+    const double seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
+    FRACGPU_LOG(LogLevel::kInfo,
+                "moved %.1f MiB of tenant '%s' to host memory at the broker's request in %.3f s "
+                "(%.1f GB/s)",
+                static_cast<double>(moved) / (1 << 20), memory_.tenant().tenant().c_str(), seconds,
+                seconds > 0 ? static_cast<double>(moved) / seconds / 1e9 : 0.0);
+  }
+  return moved;
+}
+
+// Reserves b's bytes against the grant again (they are inside the cap already), asking
+// the broker for burst; waits while it has lent them to others.
+void SwapEngine::reserve_back(const Backed& b) noexcept {
+  MemoryLedger& ledger = memory_.tenant().ledger();
+  const uint32_t device = static_cast<uint32_t>(b.index);
+  int64_t backoff_ns = 5'000'000;
+  bool told = false;
+  for (;;) {
+    if (ledger.try_reserve(device, b.size, true) == ReserveOutcome::kReserved) return;
+    std::string error;
+    if (memory_.tenant().request_burst(device, b.size, &error) &&
+        ledger.try_reserve(device, b.size, true) == ReserveOutcome::kReserved)
+      return;
+    if (!told) {
+      FRACGPU_LOG(LogLevel::kInfo,
+                  "tenant '%s' waits for %.1f MiB of its memory to come back from host (%s)",
+                  memory_.tenant().tenant().c_str(), static_cast<double>(b.size) / (1 << 20),
+                  error.c_str());
+      told = true;
+    }
+    sleep_ns(backoff_ns);
+    backoff_ns = std::min<int64_t>(backoff_ns * 2, 100'000'000);
+  }
+}
+
+bool SwapEngine::bring_back(CUdeviceptr va, Backed& b) noexcept {
+  ContextScope scope(calls_, b.context);
+  reserve_back(b);
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult rc;
+  int64_t backoff_ns = 5'000'000;
+  // The grant says the bytes are ours; the GPU may still hold a borrower's memory for
+  // the moment it takes the broker to move it. Wait for it rather than fail.
+  while ((rc = map_physical(va, b, &handle)) == CUDA_ERROR_OUT_OF_MEMORY) {
+    sleep_ns(backoff_ns);
+    backoff_ns = std::min<int64_t>(backoff_ns * 2, 100'000'000);
+  }
+  if (rc != CUDA_SUCCESS || calls_.cuMemcpyHtoD(va, b.host, b.size) != CUDA_SUCCESS) {
+    FRACGPU_LOG_CAPPED(LogLevel::kError, 8,
+                       "cannot bring %llu bytes at 0x%llx back from host memory (CUDA error %d)",
+                       static_cast<unsigned long long>(b.size),
+                       static_cast<unsigned long long>(va), static_cast<int>(rc));
+    if (handle != 0 && rc == CUDA_SUCCESS) {
+      calls_.cuMemUnmap(va, b.size);
+      calls_.cuMemRelease(handle);
+    }
+    memory_.release(b.index, b.size);
+    return false;
+  }
+  retired_hosts_.push_back({b.host, b.size});  // freed after the gate opens (unpinning is slow)
+  b.host = nullptr;
+  b.handle = handle;
+  memory_.tenant().ledger().left_host(static_cast<uint32_t>(b.index), b.size);
+  swapped_bytes_.fetch_sub(b.size, std::memory_order_relaxed);
+  return true;
+}
+
+void SwapEngine::swap_in_all() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (gate_.is_open()) return;  // another thread did it
+  const int64_t start = monotonic_ns();
+  uint64_t bytes = 0;
+  for (auto& [va, b] : backed_)
+    if (b.handle == 0 && bring_back(va, b)) bytes += b.size;
+  gate_.open();
+  const double seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
+  FRACGPU_LOG(LogLevel::kInfo, "brought %.1f MiB back from host memory in %.3f s (%.1f GB/s)",
+              static_cast<double>(bytes) / (1 << 20), seconds,
+              seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0);
+  // The pinned copies are unpinned by the swap thread (within kDemandPollNs), not on the
+  // application's call.
+}
+
+void SwapEngine::free_retired_hosts() noexcept {
+  std::vector<std::pair<void*, uint64_t>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retired.swap(retired_hosts_);
+  }
+  for (const auto& [host, size] : retired) free_pinned_host(calls_, host, size);
+}
+
+bool SwapEngine::enter_slow() noexcept {
+  while (!gate_.enter()) swap_in_all();
+  return true;
+}
+
+void SwapEngine::start_thread() noexcept {
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  if (pthread_create(&thread, &attr, &SwapEngine::thread_main, this) != 0)
+    FRACGPU_LOG(LogLevel::kWarn, "cannot start the swap thread; memory stays on the GPU");
+  pthread_attr_destroy(&attr);
+}
+
+// Waits on the swap word of the first device with swappable memory (and looks at the
+// others on every wake-up or poll), then meets each demand.
+void SwapEngine::serve_demands() noexcept {
+  free_retired_hosts();
+  const TenantQuota* quota = memory_.tenant().quota();
+  const uint32_t used = devices_used_.load(std::memory_order_relaxed);
+  const int first = used != 0 ? __builtin_ctz(used) : 0;
+  const uint32_t word = quota->devices[first].swap_word.load(std::memory_order_acquire);
+  for (uint32_t d = 0; d < kMaxDevices; ++d) {
+    if ((used & (1u << d)) == 0) continue;
+    const uint64_t target = quota->devices[d].resident_target.load(std::memory_order_acquire);
+    if (target != kNoResidentTarget) swap_out(static_cast<int>(d), target);
+  }
+  futex_wait_for(quota->devices[first].swap_word, word, kDemandPollNs);
+}
+
+void* SwapEngine::thread_main(void* arg) noexcept {
+  auto& engine = *static_cast<SwapEngine*>(arg);
+  engine.captures_.relax_this_thread();
+  for (;;) engine.serve_demands();
+  return nullptr;
+}
+
+void SwapEngine::after_fork_in_child() noexcept {
+  // The child has no CUDA context of its parent's and no swap thread: its allocations
+  // (if it ever makes any) start from scratch.
+  new (&mutex_) std::mutex();
+  backed_.clear();
+  swapped_bytes_.store(0, std::memory_order_relaxed);
+  devices_used_.store(0, std::memory_order_relaxed);
+  thread_started_.store(false, std::memory_order_relaxed);
+  gate_.open();
+}
+
+}  // namespace fracgpu

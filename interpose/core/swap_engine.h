@@ -1,0 +1,146 @@
+// SwapEngine: device memory that the broker can move to host and back at the same
+// addresses (overcommit with guarantees; docs/design.md "Overcommit and swap").
+//
+// For a tenant whose quota says kSwapAllow, cuMemAlloc of a size the VMM granularity
+// suits (a multiple of it, or at least 8 granules) is backed by the shim itself:
+// cuMemAddressReserve + cuMemCreate + cuMemMap + cuMemSetAccess (the owner and every
+// device that can access it as a peer). When the broker lowers the tenant's
+// resident_target, a swap thread of this process copies such allocations to pinned host
+// memory, unmaps them and releases their physical pages, keeping the address range
+// reserved; the next call of the application that can touch device memory (a launch, a
+// copy, a memset: the ResidencyGate below) brings everything back first — reserving the
+// bytes against the grant again, which waits while the broker has lent them to a
+// guaranteed tenant — at the same addresses. Everything else (managed, pitched, pools,
+// arrays, the application's own VMM, small allocations, swap "never") stays native and
+// resident.
+//
+// Capture safety: a swap-out runs only while no stream capture is open in the process
+// (CaptureTracker::run_unless_capturing, which also keeps new captures from beginning
+// while it runs), from a thread in relaxed capture mode.
+//
+// Cost: a tenant with swap "never" pays one relaxed load per allocation. With "allow",
+// each gated or resident call pays two uncontended atomic RMWs on a process-local line
+// (the gate) once the process holds a swappable allocation; a swappable allocation costs
+// the four VMM calls instead of cuMemAlloc, its free an unmap, a release and a context
+// synchronisation (what cuMemFree implies).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "core/capture_tracker.h"
+#include "core/driver_calls.h"
+#include "core/memory_policy.h"
+
+namespace fracgpu {
+
+// The process-local gate between the application's device-memory calls and a swap.
+// enter() counts the caller in while the gate is open; close_and_wait() shuts it and
+// waits for those inside to leave (Dekker over seq_cst RMWs and loads).
+class ResidencyGate {
+ public:
+  bool armed() const noexcept { return armed_.load(std::memory_order_acquire); }
+  void arm() noexcept { armed_.store(true, std::memory_order_release); }
+  bool enter() noexcept {
+    inside_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_.load(std::memory_order_seq_cst)) return true;
+    inside_.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  }
+  void leave() noexcept { inside_.fetch_sub(1, std::memory_order_seq_cst); }
+  void close_and_wait() noexcept;
+  void open() noexcept { open_.store(true, std::memory_order_seq_cst); }
+  bool is_open() const noexcept { return open_.load(std::memory_order_seq_cst); }
+
+ private:
+  std::atomic<bool> armed_{false};
+  alignas(64) std::atomic<bool> open_{true};
+  std::atomic<uint32_t> inside_{0};
+};
+
+class SwapEngine {
+ public:
+  SwapEngine(MemoryPolicy& memory, CaptureTracker& captures, const FenceOps& fence_ops);
+  SwapEngine(const SwapEngine&) = delete;
+  SwapEngine& operator=(const SwapEngine&) = delete;
+
+  // cuMemAlloc on `device`: nullopt when the allocation is not one to back (the caller
+  // allocates natively), else the result (on success *dptr is set and charged).
+  std::optional<CUresult> allocate(const TenantDevice& device, CUdeviceptr* dptr, uint64_t bytes);
+  // cuMemFree: nullopt when `ptr` is not a swappable allocation.
+  std::optional<CUresult> free(CUdeviceptr ptr);
+
+  // Around every call that can touch device memory: brings swapped memory back first.
+  class Section {
+   public:
+    explicit Section(SwapEngine& engine) noexcept : engine_(engine) {
+      if (__builtin_expect(engine_.gate_.armed(), 0)) entered_ = engine_.enter_slow();
+    }
+    ~Section() {
+      if (entered_) engine_.gate_.leave();
+    }
+    Section(const Section&) = delete;
+    Section& operator=(const Section&) = delete;
+
+   private:
+    SwapEngine& engine_;
+    bool entered_ = false;
+  };
+
+  // Moves this process's swappable allocations on tenant device `index` to host until the
+  // tenant's resident bytes there are at most `target`. Returns the bytes moved; 0 also
+  // when a capture is open (the swap thread tries again). The swap thread calls it on the
+  // broker's demand; tests call it directly.
+  uint64_t swap_out(int index, uint64_t target) noexcept;
+  // Brings every swapped allocation back (waits for the grant). Called by enter_slow.
+  void swap_in_all() noexcept;
+
+  // Status and tests.
+  uint64_t swapped_bytes() const noexcept { return swapped_bytes_.load(std::memory_order_relaxed); }
+  std::size_t backed_allocations() const;
+  void after_fork_in_child() noexcept;
+
+ private:
+  struct Backed {
+    int index = 0;           // tenant device
+    CUdevice ordinal = 0;    // the driver's device
+    uint64_t size = 0;       // rounded to the granularity: what the ledger holds
+    CUmemGenericAllocationHandle handle = 0;  // 0 while on host
+    void* host = nullptr;                     // pinned copy while on host
+    CUcontext context = nullptr;              // current at allocation: synchronised before a move
+  };
+
+  bool enter_slow() noexcept;
+  uint64_t granularity(CUdevice ordinal) noexcept;
+  CUresult map_physical(CUdeviceptr va, const Backed& b, CUmemGenericAllocationHandle* handle);
+  bool wants(uint64_t bytes, uint64_t granule) const noexcept;
+  void synchronise(int index) noexcept;
+  bool move_to_host(CUdeviceptr va, Backed& b) noexcept;
+  bool bring_back(CUdeviceptr va, Backed& b) noexcept;
+  void reserve_back(const Backed& b) noexcept;
+  void start_thread() noexcept;
+  static void* thread_main(void* engine) noexcept;
+  void serve_demands() noexcept;
+  void free_retired_hosts() noexcept;
+
+  MemoryPolicy& memory_;
+  CaptureTracker& captures_;
+  const DriverCalls& calls_;
+  const FenceOps& fence_ops_;
+  ResidencyGate gate_;
+  mutable std::mutex mutex_;  // backed_, moves; held across a whole swap-out or swap-in
+  std::map<CUdeviceptr, Backed> backed_;
+  std::vector<std::pair<void*, uint64_t>> retired_hosts_;  // under mutex_: host copies to unpin after a swap-in
+  std::atomic<uint64_t> swapped_bytes_{0};
+  std::atomic<uint32_t> devices_used_{0};  // bit per tenant device with backed allocations
+  std::atomic<bool> thread_started_{false};
+  uint64_t granule_[kMaxDevices] = {};
+};
+
+}  // namespace fracgpu
