@@ -134,7 +134,9 @@ Status Broker::start() {
   audit_ =
       std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
   enforcer_ = std::make_unique<GuaranteeEnforcer>(
-      EnforcerConfig{options_.swap_host_budget_bytes, options_.reclaim == "kill"},
+      EnforcerConfig{.host_budget = options_.swap_host_budget_bytes,
+                     .kill_unswappable = options_.reclaim == "kill",
+                     .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9)},
       [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
   audit_->open();
   audit_->note_grants();  // the grants as restored: the books check's starting record

@@ -70,6 +70,11 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "swap (default: report it) or kill (SIGKILL its processes, as the kubelet "
                  "evicts a pod over its request)")
       ->check(CLI::IsMember({"swap", "kill"}));
+  app.add_option("--swap-idle-after", o.swap_idle_after_s,
+                 "Move a tenant that allows swapping entirely to host memory once its processes "
+                 "have not touched device memory for SECONDS (default 0: never); it resumes at its "
+                 "next launch or copy")
+      ->check(CLI::Range(0.0, 30.0 * 86400));
   app.add_option("--ready-fd", o.ready_fd,
                  "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal

@@ -43,6 +43,7 @@ struct BrokerOptions {
   // and what happens to a borrower whose memory cannot move.
   std::string swap_host_budget = "auto";  // SIZE, or auto = half of the node's memory
   std::string reclaim = "swap";           // swap | kill
+  double swap_idle_after_s = 0;           // move idle swappable tenants to host; 0 = never
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;

@@ -67,11 +67,28 @@ bool GuaranteeEnforcer::settle(const Holding& h, int64_t now_ns) {
   if (it == demands_.end()) return false;
   SwapDemand& d = it->second;
   const uint64_t used = h.usage->used.load();
+  // A deadline is for a borrower that stopped moving memory, not for a slow copy: every
+  // tick that saw progress pushes it out by the grace period.
+  // An idle tenant's demand has no one waiting on it: it gets four times the patience.
+  const int64_t grace = d.idle ? 4 * config_.grace_ns : config_.grace_ns;
+  if (used < d.last_used) d.deadline_ns = std::max(d.deadline_ns, now_ns + grace);
+  d.last_used = used;
+  if (d.idle && (used <= d.target || now_ns >= d.deadline_ns)) {
+    // What could move has moved; memory that cannot (pools, the application's own VMM,
+    // contexts) stays, which is no fault of an idle tenant's.
+    ledger::lower_grant(*h.quota, *h.usage, std::max(h.quota->memory_request.load(), used));
+    publish_target(*h.quota, kNoResidentTarget);
+    idle_[it->first].done = true;
+    spdlog::info("tenant {}: idle, {} of its memory on GPU {} is on host now", d.tenant,
+                 format_size(h.usage->swapped.load()), d.gpu);
+    demands_.erase(it);
+    return true;
+  }
   if (used <= d.target) {
     ledger::lower_grant(*h.quota, *h.usage, std::max(h.quota->memory_request.load(), used));
     publish_target(*h.quota, kNoResidentTarget);
-    spdlog::info("tenant {}: {} of its memory on GPU {} is on host now; its grant is {}",
-                 d.tenant, format_size(h.usage->swapped.load()), d.gpu,
+    spdlog::info("tenant {}: {} of its memory on GPU {} is on host now; its grant is {}", d.tenant,
+                 format_size(h.usage->swapped.load()), d.gpu,
                  format_size(h.quota->memory_grant.load()));
     demands_.erase(it);
     return true;
@@ -90,11 +107,10 @@ void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const char
   auto& last = last_report_ns_[name];
   if (last == 0 || now - last >= kReportEveryNs || config_.kill_unswappable) {
     last = now;
-    spdlog::warn(
-        "tenant {} borrows {} on GPU {} that a guaranteed tenant needs, and {}{}", name,
-        format_size(bytes), h.quota->host_index, why,
-        config_.kill_unswappable ? ": stopping its processes (--reclaim kill)"
-                                 : " (with --reclaim kill the broker would stop it)");
+    spdlog::warn("tenant {} borrows {} on GPU {} that a guaranteed tenant needs, and {}{}", name,
+                 format_size(bytes), h.quota->host_index, why,
+                 config_.kill_unswappable ? ": stopping its processes (--reclaim kill)"
+                                          : " (with --reclaim kill the broker would stop it)");
   }
   if (config_.kill_unswappable && kill_) kill_(name);
 }
@@ -116,13 +132,65 @@ void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
   d.tenant = h.member->name;
   d.gpu = h.quota->host_index;
   d.target = used - take;
-  d.deadline_ns = now_ns + config_.grace_ns +
-                  static_cast<int64_t>(static_cast<double>(take) / config_.copy_bytes_per_second *
-                                       1e9);
+  d.last_used = used;
+  d.deadline_ns =
+      now_ns + config_.grace_ns +
+      static_cast<int64_t>(static_cast<double>(take) / config_.copy_bytes_per_second * 1e9);
   publish_target(*h.quota, d.target);
   spdlog::info("tenant {}: asked to move {} on GPU {} to host memory (a guarantee needs it)",
                d.tenant, format_size(take), d.gpu);
   demands_[k] = d;
+}
+
+// The newest last_active_ns of the tenant's live processes (0: none has swappable memory).
+static uint64_t last_active(const TenantLedger& ledger) {
+  uint64_t newest = 0;
+  for (const ProcessSlot& s : ledger.processes)
+    if (s.state.load() == static_cast<uint32_t>(SlotState::kLive))
+      newest = std::max<uint64_t>(newest, s.last_active_ns.load());
+  return newest;
+}
+
+bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns,
+                                  uint64_t* budget_left) {
+  bool changed = false;
+  for (const Holding& h : on_gpu) {
+    const std::string k = key(h.member->name, h.quota->host_index);
+    const uint64_t active = last_active(*h.member->ledger);
+    IdleState& st = idle_[k];
+    auto open = demands_.find(k);
+    if (active != st.last_active) {  // it ran since: a new idle period starts
+      st = IdleState{active, false};
+      if (open != demands_.end() && open->second.idle) {
+        publish_target(*h.quota, kNoResidentTarget);
+        demands_.erase(open);
+        changed = true;
+      }
+      continue;
+    }
+    const uint64_t used = h.usage->used.load();
+    if (st.done || active == 0 || open != demands_.end() || used == 0 ||
+        h.quota->swap_policy.load() != kSwapAllow ||
+        now_ns - static_cast<int64_t>(active) < config_.idle_after_ns)
+      continue;
+    if (used > *budget_left) continue;  // stays resident: the host budget is spent
+    *budget_left -= used;
+    SwapDemand d;
+    d.tenant = h.member->name;
+    d.gpu = h.quota->host_index;
+    d.target = 0;
+    d.idle = true;
+    d.last_used = used;
+    d.deadline_ns =
+        now_ns + 4 * config_.grace_ns +
+        static_cast<int64_t>(static_cast<double>(used) / config_.copy_bytes_per_second * 1e9);
+    publish_target(*h.quota, 0);
+    spdlog::info("tenant {}: idle for {:.0f} s on GPU {}: moving its memory to host", d.tenant,
+                 static_cast<double>(now_ns - static_cast<int64_t>(active)) / 1e9, d.gpu);
+    demands_[k] = d;
+    changed = true;
+  }
+  return changed;
 }
 
 bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
@@ -143,10 +211,15 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
     return sum > pool ? sum - pool : 0;
   };
   uint64_t excess = over();
+  if (config_.idle_after_ns > 0) {
+    const uint64_t on_host = swapped_total(all);
+    uint64_t idle_budget = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
+    changed |= idle_pass(on_gpu, now_ns, &idle_budget);
+  }
   if (excess == 0) {
     for (const Holding& h : on_gpu) {  // nothing is owed any more: withdraw open demands
       auto it = demands_.find(key(h.member->name, gpu));
-      if (it == demands_.end()) continue;
+      if (it == demands_.end() || it->second.idle) continue;
       publish_target(*h.quota, kNoResidentTarget);
       demands_.erase(it);
       changed = true;

@@ -13,7 +13,11 @@
 //     largest borrowing — to move memory to host: DeviceQuota.resident_target and a
 //     swap_word wake-up (their processes' swap threads act, interpose/core/swap_engine.h),
 //     within the node's host-memory budget;
-//  4. reports a borrower that cannot (swap "never", budget spent, or the demand not met
+//  4. with idle_after_ns set, moves a tenant that may swap and whose processes have not
+//     touched device memory for that long (ProcessSlot.last_active_ns) entirely to host,
+//     within the budget: a notebook left open gives its memory back and resumes at its next
+//     launch (an idle demand is never reported; it ends when the tenant is active again);
+//  5. reports a borrower that cannot (swap "never", budget spent, or the demand not met
 //     by its deadline: memory that cannot move) and, with reclaim = kill, stops its
 //     processes the way the kubelet evicts a pod over its request.
 // Pure decisions over the segments; the clock and the kill are injected. Cost: one pass
@@ -25,16 +29,18 @@
 #include <map>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/memory_arbiter.h"
 
 namespace fracgpu::broker {
 
 struct EnforcerConfig {
-  uint64_t host_budget = 0;   // bytes all tenants together may hold on host (0 = no swapping)
+  uint64_t host_budget = 0;  // bytes all tenants together may hold on host (0 = no swapping)
   bool kill_unswappable = false;
-  int64_t grace_ns = 1'000'000'000;  // beyond the copy time a demand may take
+  int64_t grace_ns = 1'000'000'000;    // beyond the copy time a demand may take
   double copy_bytes_per_second = 4e9;  // a conservative host-link figure for the deadline
+  int64_t idle_after_ns = 0;           // --swap-idle-after; 0 = idle tenants stay resident
 };
 
 struct SwapDemand {
@@ -43,6 +49,8 @@ struct SwapDemand {
   uint64_t target = 0;  // resident bytes asked for
   int64_t deadline_ns = 0;
   bool reported = false;
+  bool idle = false;       // asked because the tenant is idle, not for a guarantee
+  uint64_t last_used = 0;  // at the previous tick: a borrower still moving memory gets more time
 };
 
 class GuaranteeEnforcer {
@@ -71,6 +79,12 @@ class GuaranteeEnforcer {
   bool settle(const Holding& h, int64_t now_ns);
   void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
   void unswappable(const Holding& h, uint64_t bytes, const char* why);
+  bool idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns, uint64_t* budget_left);
+  struct IdleState {
+    uint64_t last_active = 0;  // the newest ProcessSlot.last_active_ns seen
+    bool done = false;         // moved out during this idle period
+  };
+  std::map<std::string, IdleState> idle_;
   static std::string key(const std::string& tenant, uint32_t gpu);
 
   EnforcerConfig config_;

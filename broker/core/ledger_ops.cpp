@@ -19,6 +19,7 @@ SlotState state_of(const ProcessSlot& s) {
 
 void clear_usage(ProcessSlot& s) {
   for (auto& u : s.used) u.store(0);
+  s.last_active_ns.store(0);
 }
 
 void free_slot(ProcessSlot& s) {

@@ -69,6 +69,9 @@
 //    used should come down to it; kNoResidentTarget = no demand) and bumps swap_word (a
 //    futex word its processes' swap threads wait on). swap_policy says whether the
 //    tenant's allocations may be backed so that they can move (kSwapAllow) at all.
+//  * ProcessSlot.last_active_ns: written by the process's swap thread (at most every 200 ms)
+//    when it saw device-memory calls since its last look; the broker moves a tenant whose
+//    processes all stayed idle for --swap-idle-after entirely to host.
 //  * A dead process's swapped pages are subtracted from DeviceUsage.swapped by the
 //    broker like its used bytes (its host copies die with it).
 // Every field shared across processes is a lock-free, address-free std::atomic.
@@ -175,6 +178,9 @@ struct alignas(64) ProcessSlot {
   std::atomic<uint64_t> start_time;  // field 22 of /proc/<pid>/stat: defeats pid reuse
   std::atomic<uint64_t> used[kMaxDevices];
   std::atomic<uint64_t> op_seq;  // odd while a reserve/release is in progress (minor 1)
+  // Minor 3: CLOCK_MONOTONIC time at which the process's swap thread last saw it touch device
+  // memory (0: it has no swappable memory); the broker swaps idle tenants out by it.
+  std::atomic<uint64_t> last_active_ns;
 };
 
 // Minor 2: one process's scheduling handshake on one GPU (written by the process).
@@ -204,6 +210,7 @@ static_assert(sizeof(TenantQuota) == 192 + kMaxDevices * 192);
 static_assert(sizeof(DeviceUsage) == 64);
 static_assert(sizeof(ProcessSlot) == 192);
 static_assert(offsetof(ProcessSlot, op_seq) == 144);
+static_assert(offsetof(ProcessSlot, last_active_ns) == 152);
 static_assert(offsetof(TenantLedger, devices) == 64);
 static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
 static_assert(offsetof(DeviceQuota, grant_word) == 100);

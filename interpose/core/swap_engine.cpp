@@ -80,7 +80,7 @@ void free_pinned_host(const DriverCalls& calls, void* host, uint64_t size) {
 
 void ResidencyGate::close_and_wait() noexcept {
   open_.store(false, std::memory_order_seq_cst);
-  while (inside_.load(std::memory_order_seq_cst) != 0) sleep_ns(20'000);
+  while ((calls_.load(std::memory_order_seq_cst) & 0xffffffffu) != 0) sleep_ns(20'000);
 }
 
 SwapEngine::SwapEngine(MemoryPolicy& memory, CaptureTracker& captures, const FenceOps& fence_ops)
@@ -142,8 +142,8 @@ std::optional<CUresult> SwapEngine::allocate(const TenantDevice& device, CUdevic
   if (dptr == nullptr || device.index < 0 || device.index >= static_cast<int>(kMaxDevices))
     return std::nullopt;
   const TenantQuota* quota = memory_.tenant().quota();
-  if (quota == nullptr || quota->devices[device.index].swap_policy.load(
-                              std::memory_order_relaxed) != kSwapAllow)
+  if (quota == nullptr ||
+      quota->devices[device.index].swap_policy.load(std::memory_order_relaxed) != kSwapAllow)
     return std::nullopt;
   if (calls_.cuMemAddressReserve == nullptr || calls_.cuMemCreate == nullptr ||
       calls_.cuMemMap == nullptr || calls_.cuMemSetAccess == nullptr ||
@@ -176,6 +176,8 @@ std::optional<CUresult> SwapEngine::allocate(const TenantDevice& device, CUdevic
     backed_[va] = b;
   }
   devices_used_.fetch_or(1u << device.index, std::memory_order_relaxed);
+  ProcessSlot& slot = memory_.tenant().ledger_map()->processes[memory_.tenant().slot()];
+  slot.last_active_ns.store(static_cast<uint64_t>(monotonic_ns()), std::memory_order_relaxed);
   gate_.arm();
   if (!thread_started_.exchange(true)) start_thread();
   *dptr = va;
@@ -217,7 +219,8 @@ std::size_t SwapEngine::backed_allocations() const {
 void SwapEngine::synchronise(int index) noexcept {
   std::vector<CUcontext> contexts;
   for (const auto& [va, b] : backed_)
-    if (b.index == index && std::find(contexts.begin(), contexts.end(), b.context) == contexts.end())
+    if (b.index == index &&
+        std::find(contexts.begin(), contexts.end(), b.context) == contexts.end())
       contexts.push_back(b.context);
   for (CUcontext ctx : contexts) {
     ContextScope scope(calls_, ctx);
@@ -331,8 +334,8 @@ bool SwapEngine::bring_back(CUdeviceptr va, Backed& b) noexcept {
   if (rc != CUDA_SUCCESS || calls_.cuMemcpyHtoD(va, b.host, b.size) != CUDA_SUCCESS) {
     FRACGPU_LOG_CAPPED(LogLevel::kError, 8,
                        "cannot bring %llu bytes at 0x%llx back from host memory (CUDA error %d)",
-                       static_cast<unsigned long long>(b.size),
-                       static_cast<unsigned long long>(va), static_cast<int>(rc));
+                       static_cast<unsigned long long>(b.size), static_cast<unsigned long long>(va),
+                       static_cast<int>(rc));
     if (handle != 0 && rc == CUDA_SUCCESS) {
       calls_.cuMemUnmap(va, b.size);
       calls_.cuMemRelease(handle);
@@ -393,6 +396,11 @@ void SwapEngine::start_thread() noexcept {
 // others on every wake-up or poll), then meets each demand.
 void SwapEngine::serve_demands() noexcept {
   free_retired_hosts();
+  if (const uint32_t completed = gate_.completed(); completed != seen_completed_) {
+    seen_completed_ = completed;  // device-memory calls since the last look: not idle
+    memory_.tenant().ledger_map()->processes[memory_.tenant().slot()].last_active_ns.store(
+        static_cast<uint64_t>(monotonic_ns()), std::memory_order_relaxed);
+  }
   const TenantQuota* quota = memory_.tenant().quota();
   const uint32_t used = devices_used_.load(std::memory_order_relaxed);
   const int first = used != 0 ? __builtin_ctz(used) : 0;

@@ -47,21 +47,27 @@ class ResidencyGate {
  public:
   bool armed() const noexcept { return armed_.load(std::memory_order_acquire); }
   void arm() noexcept { armed_.store(true, std::memory_order_release); }
+  // calls_: low 32 bits the threads inside now, high 32 bits the calls completed (what the
+  // swap thread reads to tell an idle process from a busy one; no extra RMW per call).
   bool enter() noexcept {
-    inside_.fetch_add(1, std::memory_order_seq_cst);
+    calls_.fetch_add(1, std::memory_order_seq_cst);
     if (open_.load(std::memory_order_seq_cst)) return true;
-    inside_.fetch_sub(1, std::memory_order_seq_cst);
+    calls_.fetch_sub(1, std::memory_order_seq_cst);
     return false;
   }
-  void leave() noexcept { inside_.fetch_sub(1, std::memory_order_seq_cst); }
+  void leave() noexcept { calls_.fetch_add(kLeave, std::memory_order_seq_cst); }
+  uint32_t completed() const noexcept {
+    return static_cast<uint32_t>(calls_.load(std::memory_order_relaxed) >> 32);
+  }
   void close_and_wait() noexcept;
   void open() noexcept { open_.store(true, std::memory_order_seq_cst); }
   bool is_open() const noexcept { return open_.load(std::memory_order_seq_cst); }
 
  private:
+  static constexpr uint64_t kLeave = (1ull << 32) - 1;  // one inside fewer, one completed more
   std::atomic<bool> armed_{false};
   alignas(64) std::atomic<bool> open_{true};
-  std::atomic<uint32_t> inside_{0};
+  std::atomic<uint64_t> calls_{0};
 };
 
 class SwapEngine {
@@ -108,9 +114,9 @@ class SwapEngine {
 
  private:
   struct Backed {
-    int index = 0;           // tenant device
-    CUdevice ordinal = 0;    // the driver's device
-    uint64_t size = 0;       // rounded to the granularity: what the ledger holds
+    int index = 0;                            // tenant device
+    CUdevice ordinal = 0;                     // the driver's device
+    uint64_t size = 0;                        // rounded to the granularity: what the ledger holds
     CUmemGenericAllocationHandle handle = 0;  // 0 while on host
     void* host = nullptr;                     // pinned copy while on host
     CUcontext context = nullptr;              // current at allocation: synchronised before a move
@@ -136,10 +142,12 @@ class SwapEngine {
   ResidencyGate gate_;
   mutable std::mutex mutex_;  // backed_, moves; held across a whole swap-out or swap-in
   std::map<CUdeviceptr, Backed> backed_;
-  std::vector<std::pair<void*, uint64_t>> retired_hosts_;  // under mutex_: host copies to unpin after a swap-in
+  std::vector<std::pair<void*, uint64_t>>
+      retired_hosts_;  // under mutex_: host copies to unpin after a swap-in
   std::atomic<uint64_t> swapped_bytes_{0};
   std::atomic<uint32_t> devices_used_{0};  // bit per tenant device with backed allocations
   std::atomic<bool> thread_started_{false};
+  uint32_t seen_completed_ = 0;  // swap thread only: gate_.completed() at its last look
   uint64_t granule_[kMaxDevices] = {};
 };
 

@@ -45,8 +45,7 @@ class Enforcer : public ::testing::Test {
   bool admitted = false;
   MemoryArbiter arbiter{{16 * kGiB}};
   std::vector<std::string> killed;
-  GuaranteeEnforcer enforcer{EnforcerConfig{64 * kGiB, false},
-                             [this](const std::string& t) {
+  GuaranteeEnforcer enforcer{EnforcerConfig{64 * kGiB, false}, [this](const std::string& t) {
                                killed.push_back(t);
                                return 1;
                              }};
@@ -154,6 +153,43 @@ TEST_F(Enforcer, ADemandNoLongerNeededIsWithdrawn) {
   enforcer.tick(all(), arbiter, kSecond / 10);
   EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget);
   EXPECT_TRUE(enforcer.demands().empty());
+}
+
+TEST_F(Enforcer, AnIdleTenantMovesToHostOnceAndAgainOnlyAfterItRan) {
+  GuaranteeEnforcer idle{EnforcerConfig{.host_budget = 64 * kGiB, .idle_after_ns = 5 * kSecond},
+                         nullptr};
+  ProcessSlot& slot = borrower.ledger->processes[borrower.slot];
+  slot.last_active_ns = 1 * kSecond;
+  idle.tick(all(), arbiter, 5 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget) << "idle for 4 s only";
+  idle.tick(all(), arbiter, 6 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), 0u) << "idle for 5 s: everything may go";
+  swap_out(12 * kGiB);
+  idle.tick(all(), arbiter, 6 * kSecond + kSecond / 10);
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget);
+  EXPECT_EQ(borrower.grant(), 0u) << "its memory comes back through a burst";
+  EXPECT_EQ(idle.unswappable_reports(), 0u);
+  idle.tick(all(), arbiter, 60 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget) << "once per idle period";
+  // It ran again (its swap thread published the time), then went idle again.
+  ledger_protocol::left_host(*borrower.ledger, borrower.slot, 0, 12 * kGiB);
+  borrower.q().memory_grant = 12 * kGiB;
+  ASSERT_TRUE(borrower.reserve(12 * kGiB));
+  slot.last_active_ns = 61 * kSecond;
+  idle.tick(all(), arbiter, 62 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget);
+  idle.tick(all(), arbiter, 66 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), 0u);
+}
+
+TEST_F(Enforcer, AnIdleTenantThatMayNotSwapStaysAndIsNotReported) {
+  borrower.q().swap_policy = kSwapNever;
+  GuaranteeEnforcer idle{EnforcerConfig{.host_budget = 64 * kGiB, .idle_after_ns = kSecond},
+                         nullptr};
+  borrower.ledger->processes[borrower.slot].last_active_ns = 1;
+  idle.tick(all(), arbiter, 10 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget);
+  EXPECT_EQ(idle.unswappable_reports(), 0u);
 }
 
 }  // namespace

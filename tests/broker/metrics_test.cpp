@@ -31,6 +31,7 @@
 #include "core/tenant_metrics.h"
 #include "core/tenant_registry.h"
 #include "exposition_reader.h"
+#include "temp_dir.h"
 #include "test_segments.h"
 
 namespace fracgpu::broker {
@@ -74,21 +75,7 @@ const std::map<std::string, std::string> kGpuFamilies = {
     {"fracgpu_gpu_grant_wait_seconds", "histogram"},
 };
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fracgpu-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 GpuInventory one_gpu() {
   GpuInventory inv;

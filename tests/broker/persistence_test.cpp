@@ -17,6 +17,7 @@
 #include "core/ledger_ops.h"
 #include "core/state_store.h"
 #include "core/tenant_registry.h"
+#include "temp_dir.h"
 #include "test_segments.h"
 
 namespace fracgpu::broker {
@@ -25,21 +26,7 @@ namespace {
 using nlohmann::json;
 using testing::kGiB;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fracgpu-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 GpuInventory one_gpu() {
   GpuInventory inv;

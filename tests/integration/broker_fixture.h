@@ -46,6 +46,7 @@ class BrokerFixture : public ShimFixture {
     launch.run_dir = run_dir();
     launch.state_dir = state_dir();
     launch.args = {"--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--context-footprint", "auto"};
+    launch.args.insert(launch.args.end(), extra_broker_args_.begin(), extra_broker_args_.end());
     launch.environment = base_env_;
     launch.log_file = dir_.path() + "/broker-" + std::to_string(++broker_starts_) + ".log";
     launch.ready_timeout = std::chrono::seconds(10);
@@ -96,6 +97,7 @@ class BrokerFixture : public ShimFixture {
                                                                  start);
   }
 
+  std::vector<std::string> extra_broker_args_;  // flags of the next start_broker()
   TempDir dir_{"broker"};
   client::BrokerProcess broker_;
   int broker_starts_ = 0;

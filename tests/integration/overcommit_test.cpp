@@ -49,15 +49,15 @@ TEST_F(Overcommit, AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDat
   const auto t0 = std::chrono::steady_clock::now();
   BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(1984 * kMiB)},
                            tenant_env("guaranteed"), dir_.path() + "/guaranteed");
-  const std::string why = holder.wait_until_ready(
-      [&] { return holder.out().find("\"holding\"") != std::string::npos; },
-      std::chrono::seconds(15));
+  const std::string why =
+      holder.wait_until_ready([&] { return holder.out().find("\"holding\"") != std::string::npos; },
+                              std::chrono::seconds(15));
   const double took_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(why, "") << holder.out() << holder.err() << read_text(dir_.path() + "/broker-1.log");
   // The whole guarantee (1984 MiB + the 64 MiB context), within 1 s plus the time to copy
   // about 1.1 GiB on this machine (generous for a loaded CI host).
-  EXPECT_LT(took_s, 5.0);
+  EXPECT_LT(took_s, 8.0);
   RecordProperty("guarantee_seconds", std::to_string(took_s));
   std::printf("guaranteed tenant held its 2 GiB after %.2f s\n", took_s);
   EXPECT_GE(lb->devices[0].swapped.load(), 1 * kGiB) << "the borrower's memory moved to host";
@@ -91,22 +91,23 @@ TEST_F(Overcommit, ABorrowerKilledWhileOnHostLeavesTheBooksExact) {
   EXPECT_EQ(lb->devices[0].used.load(), 0u);
   EXPECT_EQ(lb->devices[0].swapped.load(), 0u);
   // And the guarantee is whole: 2 GiB for the guaranteed tenant at once.
-  ProcessResult r = run_process(
-      {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64 * kMiB)}, tenant_env("guaranteed"));
+  ProcessResult r =
+      run_process({FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64 * kMiB)},
+                  tenant_env("guaranteed"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(last_json_line(r.out)["allocated"].get<uint64_t>() + 64 * kMiB, 2 * kGiB);
 }
 
 TEST_F(Overcommit, ABorrowerThatMayNotSwapKeepsItsMemoryAndIsReported) {
-  ProcessResult r = cli({"tenant", "create", "fixed", "--memory", "4GiB", "--memory-request", "0",
-                         "--gpu", "0"});
+  ProcessResult r =
+      cli({"tenant", "create", "fixed", "--memory", "4GiB", "--memory-request", "0", "--gpu", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   BackgroundProcess fixed({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(3 * kGiB)},
                           tenant_env("fixed"), dir_.path() + "/fixed");
-  ASSERT_EQ(fixed.wait_until_ready(
-                [&] { return fixed.out().find("\"holding\"") != std::string::npos; },
-                std::chrono::seconds(15)),
-            "");
+  ASSERT_EQ(
+      fixed.wait_until_ready([&] { return fixed.out().find("\"holding\"") != std::string::npos; },
+                             std::chrono::seconds(15)),
+      "");
   create_tenant("guaranteed", "2GiB", "2GiB");
   const std::string log = dir_.path() + "/broker-1.log";
   wait_until([&] { return read_text(log).find("swap never") != std::string::npos; },
@@ -116,6 +117,29 @@ TEST_F(Overcommit, ABorrowerThatMayNotSwapKeepsItsMemoryAndIsReported) {
   const TenantLedger* lf = ledger("fixed");
   ASSERT_NE(lf, nullptr);
   EXPECT_EQ(lf->devices[0].swapped.load(), 0u);
+}
+
+TEST_F(Overcommit, AnIdleTenantGivesItsMemoryBackAndResumesAtItsNextCopy) {
+  kill_broker();
+  extra_broker_args_ = {"--swap-idle-after", "1"};
+  start_broker();
+  auto notebook = start_borrower(1 * kGiB);
+  const TenantLedger* lb = ledger("borrower");
+  ASSERT_NE(lb, nullptr);
+  // Idle for 1 s (its swap thread publishes activity at most every 200 ms): all of it moves.
+  const auto took = wait_until([&] { return lb->devices[0].swapped.load() >= 1 * kGiB; },
+                               std::chrono::seconds(10));
+  ASSERT_GE(lb->devices[0].swapped.load(), 1 * kGiB)
+      << read_text(dir_.path() + "/broker-2.log") << notebook->err();
+  EXPECT_EQ(lb->devices[0].used.load(), 64 * kMiB) << "only the context stays";
+  std::printf("idle tenant on host %lld ms after it was ready\n",
+              static_cast<long long>(took.count()));
+  go();
+  ASSERT_EQ(notebook->wait(std::chrono::seconds(30)), 0) << notebook->out() << notebook->err();
+  const auto result = last_json_line(notebook->out());
+  EXPECT_EQ(result["intact"], true) << notebook->out();
+  RecordProperty("resume_ms_per_gib", std::to_string(result["resume_ms"].get<double>()));
+  std::printf("resumed 1 GiB in %.1f ms\n", result["resume_ms"].get<double>());
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "security"))
-from run_security_checks import Batch, PY, report  # noqa: E402
+from run_security_checks import PY, Batch, report, run_phases  # noqa: E402
 
 HOLDER = os.path.join(HERE, "torch_holder.py")
 PAIRS = os.path.join(HERE, "..", "security", "alloc_pairs.py")
@@ -160,16 +160,7 @@ def main():
     b = Batch(args)
     try:
         b.start_broker()
-        for ph in args.only.split():
-            if b.left() < 30:
-                b.row(ph, "phase", False, "skipped: out of budget")
-                continue
-            b.say(f"== phase {ph}")
-            try:
-                PHASES[ph](b)
-            except Exception as exc:  # noqa: BLE001 - one phase's failure is reported
-                b.row(ph, "phase ran", False, f"{type(exc).__name__}: {exc}")
-            b.stop_all()
+        run_phases(b, PHASES, args.only)
     finally:
         b.stop_all()
         b.stop_broker()

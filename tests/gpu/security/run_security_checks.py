@@ -485,6 +485,23 @@ def report(b, final):
     return all(r == "pass" for _, _, r, _ in b.rows) and bool(b.rows)
 
 
+def run_phases(b, phases, only):
+    """Runs the phases named in `only` (space-separated ids of `phases`) within the budget; one
+    phase's exception is a failed row, not the end of the batch. Shared by the GPU scripts."""
+    for ph in only.split():
+        if ph not in phases:
+            raise SystemExit(f"unknown phase {ph}")
+        if b.left() < 30:
+            b.row(ph, "phase", False, "skipped: out of budget")
+            continue
+        b.say(f"== phase {ph}")
+        try:
+            phases[ph](b)
+        except Exception as exc:  # noqa: BLE001 - one phase's failure is reported, not fatal
+            b.row(ph, "phase ran", False, f"{type(exc).__name__}: {exc}")
+        b.stop_all()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.environ.get("B", os.path.join(REPO, "devrun", "bin")))
@@ -496,18 +513,7 @@ def main():
     os.makedirs(final, exist_ok=True)
     b = Batch(args)
     try:
-        for ph in args.only.split():
-            if ph not in PHASES:
-                raise SystemExit(f"unknown phase {ph}")
-            if b.left() < 30:
-                b.row(ph, "phase", False, "skipped: out of budget")
-                continue
-            b.say(f"== phase {ph}")
-            try:
-                PHASES[ph](b)
-            except Exception as exc:  # noqa: BLE001 - one phase's failure is reported, not fatal
-                b.row(ph, "phase ran", False, f"{type(exc).__name__}: {exc}")
-            b.stop_all()
+        run_phases(b, PHASES, args.only)
     finally:
         b.stop_all()
         b.stop_broker()
