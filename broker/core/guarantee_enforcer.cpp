@@ -10,7 +10,6 @@
 #include "core/ledger_ops.h"
 #include "core/quantity_parser.h"
 #include "fracgpu/futex_word.h"
-#include "fracgpu/monotonic_clock.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -48,8 +47,11 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
   for (const auto& m : all)
     for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i)
       if (m.quota->devices[i].present == 1) gpus.insert(m.quota->devices[i].host_index);
+  // One host budget for every GPU and both kinds of demand of this tick.
+  const uint64_t on_host = swapped_total(all);
+  uint64_t budget_left = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
   bool changed = false;
-  for (uint32_t gpu : gpus) changed |= enforce_gpu(all, arbiter, gpu, now_ns);
+  for (uint32_t gpu : gpus) changed |= enforce_gpu(all, arbiter, gpu, now_ns, &budget_left);
   // Demands of tenants (or GPUs) that are gone.
   for (auto it = demands_.begin(); it != demands_.end();) {
     const bool present = std::any_of(all.begin(), all.end(), [&](const ArbiterMember& m) {
@@ -95,18 +97,18 @@ bool GuaranteeEnforcer::settle(const Holding& h, int64_t now_ns) {
   }
   if (now_ns >= d.deadline_ns && !d.reported) {
     d.reported = true;
-    unswappable(h, used - d.target, "did not move it to host memory in time");
+    unswappable(h, used - d.target, "did not move it to host memory in time", now_ns);
   }
   return false;
 }
 
-void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const char* why) {
+void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const char* why,
+                                    int64_t now_ns) {
   ++unswappable_reports_;
   const std::string& name = h.member->name;
-  const int64_t now = monotonic_ns();
-  auto& last = last_report_ns_[name];
-  if (last == 0 || now - last >= kReportEveryNs || config_.kill_unswappable) {
-    last = now;
+  auto [last, first] = last_report_ns_.try_emplace(name, now_ns);
+  if (first || now_ns - last->second >= kReportEveryNs || config_.kill_unswappable) {
+    last->second = now_ns;
     spdlog::warn("tenant {} borrows {} on GPU {} that a guaranteed tenant needs, and {}{}", name,
                  format_size(bytes), h.quota->host_index, why,
                  config_.kill_unswappable ? ": stopping its processes (--reclaim kill)"
@@ -120,11 +122,11 @@ void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
   const uint64_t used = h.usage->used.load();
   const std::string k = key(h.member->name, h.quota->host_index);
   if (h.quota->swap_policy.load() != kSwapAllow) {
-    unswappable(h, take, "its memory may not move (swap never)");
+    unswappable(h, take, "its memory may not move (swap never)", now_ns);
     return;
   }
   if (take > *budget_left) {
-    unswappable(h, take, "the node's host-memory budget for swapped memory is spent");
+    unswappable(h, take, "the node's host-memory budget for swapped memory is spent", now_ns);
     return;
   }
   *budget_left -= take;
@@ -194,28 +196,22 @@ bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t no
 }
 
 bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
-                                    const MemoryArbiter& arbiter, uint32_t gpu, int64_t now_ns) {
+                                    const MemoryArbiter& arbiter, uint32_t gpu, int64_t now_ns,
+                                    uint64_t* budget_left) {
   std::vector<Holding> on_gpu;
-  for (const auto& m : all)
-    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i) {
-      DeviceQuota& q = m.quota->devices[i];
-      if (q.present == 1 && q.host_index == gpu) on_gpu.push_back({&m, &q, &m.ledger->devices[i]});
-    }
+  for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage& u) {
+    on_gpu.push_back({&m, &q, &u});
+  });
   bool changed = false;
   for (const Holding& h : on_gpu) changed |= settle(h, now_ns);
   const uint64_t cap = arbiter.capacity(gpu), guaranteed = arbiter.guaranteed_on(all, gpu);
   const uint64_t pool = cap > guaranteed ? cap - guaranteed : 0;
   auto over = [&] {
-    uint64_t sum = 0;
-    for (const Holding& h : on_gpu) sum += borrowed(*h.quota);
+    const uint64_t sum = arbiter.borrowed_on(all, gpu, nullptr);
     return sum > pool ? sum - pool : 0;
   };
   uint64_t excess = over();
-  if (config_.idle_after_ns > 0) {
-    const uint64_t on_host = swapped_total(all);
-    uint64_t idle_budget = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
-    changed |= idle_pass(on_gpu, now_ns, &idle_budget);
-  }
+  if (config_.idle_after_ns > 0) changed |= idle_pass(on_gpu, now_ns, budget_left);
   if (excess == 0) {
     for (const Holding& h : on_gpu) {  // nothing is owed any more: withdraw open demands
       auto it = demands_.find(key(h.member->name, gpu));
@@ -248,12 +244,10 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
     if (pa != pb) return pa < pb;  // best-effort (low) before normal before high
     return borrowed(*a.quota) > borrowed(*b.quota);
   });
-  const uint64_t on_host = swapped_total(all);
-  uint64_t budget_left = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
   for (const Holding& h : victims) {
     if (excess == 0) break;
     const uint64_t take = std::min(excess, borrowed(*h.quota));
-    demand(h, take, now_ns, &budget_left);
+    demand(h, take, now_ns, budget_left);
     excess -= take;
   }
   return changed;

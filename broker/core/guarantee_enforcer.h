@@ -74,11 +74,12 @@ class GuaranteeEnforcer {
     DeviceQuota* quota = nullptr;
     DeviceUsage* usage = nullptr;
   };
+  // `budget_left`: host bytes not yet on host or promised by a demand of this tick.
   bool enforce_gpu(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, uint32_t gpu,
-                   int64_t now_ns);
+                   int64_t now_ns, uint64_t* budget_left);
   bool settle(const Holding& h, int64_t now_ns);
   void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
-  void unswappable(const Holding& h, uint64_t bytes, const char* why);
+  void unswappable(const Holding& h, uint64_t bytes, const char* why, int64_t now_ns);
   bool idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns, uint64_t* budget_left);
   struct IdleState {
     uint64_t last_active = 0;  // the newest ProcessSlot.last_active_ns seen

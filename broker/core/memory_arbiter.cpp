@@ -12,17 +12,6 @@
 namespace fracgpu::broker {
 namespace {
 
-template <class Fn>
-void for_each_device_on(std::span<const ArbiterMember> all, uint32_t gpu, Fn&& fn) {
-  for (const auto& m : all) {
-    const uint32_t n = std::min<uint32_t>(m.quota->device_count, kMaxDevices);
-    for (uint32_t i = 0; i < n; ++i) {
-      DeviceQuota& q = m.quota->devices[i];
-      if (q.present == 1 && q.host_index == gpu) fn(m, q, m.ledger->devices[i]);
-    }
-  }
-}
-
 uint64_t headroom_above(uint64_t level, uint64_t limit) {
   return level >= limit ? 0 : std::min(kBurstHeadroom, limit - level);
 }

@@ -7,6 +7,7 @@
 // reclaimed once per second, and at once when another tenant's burst needs it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -25,6 +26,18 @@ struct ArbiterMember {
   TenantQuota* quota = nullptr;
   TenantLedger* ledger = nullptr;
 };
+
+// fn(member, quota, usage) for every tenant device on host GPU `gpu`.
+template <class Fn>
+void for_each_device_on(std::span<const ArbiterMember> all, uint32_t gpu, Fn&& fn) {
+  for (const auto& m : all) {
+    const uint32_t n = std::min<uint32_t>(m.quota->device_count, kMaxDevices);
+    for (uint32_t i = 0; i < n; ++i) {
+      DeviceQuota& q = m.quota->devices[i];
+      if (q.present == 1 && q.host_index == gpu) fn(m, q, m.ledger->devices[i]);
+    }
+  }
+}
 
 class MemoryArbiter {
  public:

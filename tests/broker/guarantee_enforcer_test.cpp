@@ -145,6 +145,27 @@ TEST_F(Enforcer, TheHostBudgetIsRespected) {
   EXPECT_GE(tight.unswappable_reports(), 1u);
 }
 
+TEST_F(Enforcer, IdleAndGuaranteeDemandsShareOneHostBudget) {
+  MemoryTenant idle_one{"idle-one", 0, 4 * kGiB, 0};
+  idle_one.q().swap_policy = kSwapAllow;
+  idle_one.q().resident_target = kNoResidentTarget;
+  idle_one.q().memory_grant = 3 * kGiB;
+  borrower.release(3 * kGiB);  // the borrower holds 9, idle-one 3: 12 borrowed
+  borrower.q().memory_grant = 9 * kGiB;
+  ASSERT_TRUE(idle_one.reserve(3 * kGiB));
+  idle_one.ledger->processes[idle_one.slot].last_active_ns = 1;
+  GuaranteeEnforcer tight{
+      EnforcerConfig{.host_budget = 3 * kGiB + kGiB / 2, .idle_after_ns = kSecond}, nullptr};
+  std::vector<ArbiterMember> v = {borrower.member(), idle_one.member()};
+  tight.tick(v, arbiter, kSecond);   // learns when idle-one was last active
+  v.push_back(guaranteed.member());  // 8 may be borrowed, 12 are: 4 must move
+  tight.tick(v, arbiter, 10 * kSecond);
+  EXPECT_EQ(idle_one.q().resident_target.load(), 0u) << "the idle tenant's 3 GiB go first";
+  EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget)
+      << "the 1 GiB still owed would take the host past its 3.5 GiB budget";
+  EXPECT_GE(tight.unswappable_reports(), 1u);
+}
+
 TEST_F(Enforcer, ADemandNoLongerNeededIsWithdrawn) {
   admitted = true;
   enforcer.tick(all(), arbiter, 0);
