@@ -1,0 +1,1 @@
+# Broker scale benchmarks; included from CMakeLists.txt.
