@@ -2,11 +2,17 @@
 // metrics_exposition.h), in-process, with N tenants each on one GPU (default 1,000), each
 // with a registered process holding memory, behind a real TenantRegistry (files in a
 // temporary directory), ComputeService and AuditService:
-//  * BM_Scrape      — snapshot + registry + serialisation: a whole scrape;
-//  * BM_Snapshot    — the snapshot alone: the part under the broker's state mutex, i.e.
-//                     how long a scrape holds up the broker's event loop;
-//  * BM_Exposition  — prometheus-cpp's part: the registry built from a snapshot and
-//                     serialised by TextSerializer (on the metrics thread, no lock).
+//  * BM_Scrape          — snapshot + families + serialisation: a whole scrape as the
+//                         server does it, with its ExpositionCache kept across scrapes
+//                         (nothing changed between two: an idle node);
+//  * BM_ScrapeUncached  — the same without the cache: every series through TextSerializer
+//                         (what a scrape costs when every value changed);
+//  * BM_Snapshot        — the snapshot alone: the part under the broker's state mutex,
+//                         i.e. how long a scrape holds up the broker's event loop;
+//  * BM_Exposition      — prometheus-cpp's part: the families built from a snapshot and
+//                         serialised by TextSerializer (on the metrics thread, no lock);
+//  * BM_ExpositionChanging/N/P — with the cache, P % of the tenants' used memory and
+//                         compute counters moving between scrapes (a busy node).
 // The shim is not involved: its hot paths never touch metrics. Figures in
 // docs/monitoring.md ("Cost"). Run:
 //   build/bin/fracgpu_metrics_scrape_bench --benchmark_repetitions=5
@@ -16,6 +22,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -123,9 +130,45 @@ void report(benchmark::State& state, const std::string& text) {
 
 void BM_Scrape(benchmark::State& state) {
   BrokerState& broker = state_with(static_cast<int>(state.range(0)));
+  ExpositionCache cache;
+  std::string text = render_metrics(broker.snapshot(), cache);  // the server's first scrape
+  for (auto _ : state) {
+    text = render_metrics(broker.snapshot(), cache);
+    benchmark::DoNotOptimize(text.data());
+  }
+  report(state, text);
+}
+
+void BM_ScrapeUncached(benchmark::State& state) {
+  BrokerState& broker = state_with(static_cast<int>(state.range(0)));
   std::string text;
   for (auto _ : state) {
     text = render_metrics(broker.snapshot());
+    benchmark::DoNotOptimize(text.data());
+  }
+  report(state, text);
+}
+
+void BM_ExpositionChanging(benchmark::State& state) {
+  MetricsSnapshot snapshot = state_with(static_cast<int>(state.range(0))).snapshot();
+  const std::size_t every = state.range(1) > 0 ? static_cast<std::size_t>(100 / state.range(1)) : 0;
+  ExpositionCache cache;
+  std::string text = render_metrics(snapshot, cache);
+  std::size_t round = 0;
+  for (auto _ : state) {
+    ++round;
+    for (std::size_t i = every ? round % every : 0; every && i < snapshot.tenants.size();
+         i += every) {
+      TenantGpuMetrics& t = snapshot.tenants[i];
+      t.memory_used += 4096;
+      t.memory_peak = std::max(t.memory_peak, t.memory_used);
+      if (t.compute) {
+        t.compute->gpu_seconds += 0.01;
+        t.compute->wait_seconds += 0.01;
+        t.compute->measured_share = 0.5;
+      }
+    }
+    text = render_metrics(snapshot, cache);
     benchmark::DoNotOptimize(text.data());
   }
   report(state, text);
@@ -151,6 +194,11 @@ void BM_Exposition(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Scrape)->Arg(1000)->Arg(100)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScrapeUncached)->Arg(1000)->Arg(100)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExpositionChanging)
+    ->Args({1000, 10})
+    ->Args({1000, 100})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Snapshot)->Arg(1000)->Arg(100)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Exposition)->Arg(1000)->Arg(100)->Unit(benchmark::kMillisecond);
 

@@ -1,6 +1,8 @@
 // The status document (fetch_status) and its tables for status and tenant list.
 // Columns are sized to their content so the output stays aligned for any tenant name
 // length; with tenant names of up to 12 characters every table fits in 100 columns.
+// Cost: linear in the reply (the weight sums behind SHARE are added up once per table,
+// arrays are read by reference); at 1,000 tenants the broker's reply dominates.
 #include "cli/status_command.h"
 
 #include <algorithm>
@@ -107,8 +109,16 @@ std::string gpu_time_of(const json& d) {
   return buf;
 }
 
+// j[key] when it is an array, else an empty one; by reference (json::value copies).
+const json& array_of(const json& j, const char* key) {
+  static const json empty = json::array();
+  if (!j.is_object()) return empty;
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : empty;
+}
+
 std::string processes_of(const json& t) {
-  return std::to_string(t.value("processes", json::array()).size());
+  return std::to_string(array_of(t, "processes").size());
 }
 
 bool has_number(const json& d, const char* key) {
@@ -133,59 +143,75 @@ Result<json> fetch_status(const std::string& run_dir) {
   return reply;
 }
 
-std::optional<double> promised_fraction(const json& reply, const json& device) {
+WeightSums::WeightSums(const json& reply) {
+  for (const auto& t : array_of(reply, "tenants")) {
+    for (const auto& d : array_of(t, "devices")) {
+      if (has_number(d, "gpu") && has_number(d, "compute"))
+        sums_[{d["gpu"].get<uint64_t>(), priority_of(d)}] += d["compute"].get<uint64_t>();
+    }
+  }
+}
+
+std::optional<double> WeightSums::fraction(const json& device) const {
   if (!has_number(device, "compute") || !has_number(device, "gpu")) return std::nullopt;
   const std::string prio = priority_of(device);
   if (prio == "high") return std::nullopt;
-  const uint64_t gpu = device["gpu"].get<uint64_t>();
-  uint64_t sum = 0;
-  for (const auto& t : reply.value("tenants", json::array())) {
-    for (const auto& d : t.value("devices", json::array())) {
-      if (has_number(d, "gpu") && d["gpu"].get<uint64_t>() == gpu && has_number(d, "compute") &&
-          priority_of(d) == prio) {
-        sum += d["compute"].get<uint64_t>();
-      }
-    }
-  }
+  auto it = sums_.find({device["gpu"].get<uint64_t>(), prio});
+  const uint64_t sum = it == sums_.end() ? 0 : it->second;
   const uint64_t weight = device["compute"].get<uint64_t>();
   if (sum == 0 || weight == 0) return std::nullopt;
   return static_cast<double>(weight) / static_cast<double>(sum);
 }
 
-std::string promised_share(const json& reply, const json& device) {
+std::string WeightSums::share(const json& device) const {
   if (!has_number(device, "compute") || !has_number(device, "gpu")) return "-";
   if (priority_of(device) == "high") return "prio";
-  const auto fraction = promised_fraction(reply, device);
-  return fraction ? percent(100.0 * *fraction) : "-";
+  const auto f = fraction(device);
+  return f ? percent(100.0 * *f) : "-";
+}
+
+std::optional<double> promised_fraction(const json& reply, const json& device) {
+  return WeightSums(reply).fraction(device);
+}
+
+std::string promised_share(const json& reply, const json& device) {
+  return WeightSums(reply).share(device);
 }
 
 std::string format_status_table(const json& reply) {
   std::string out;
   std::vector<Row> gpus{{"GPU", "UUID", "NAME", "MEMORY", "CAPACITY"}};
-  for (const auto& g : reply.value("gpus", json::array())) {
+  for (const auto& g : array_of(reply, "gpus")) {
     gpus.push_back({count_of(g, "index"), g.value("uuid", ""), g.value("name", ""),
                     size_of(g, "memory_total"), size_of(g, "memory_capacity")});
   }
   out += gpus.size() > 1 ? render(gpus) : "no GPU\n";
-  const json tenants = reply.value("tenants", json::array());
+  const json& tenants = array_of(reply, "tenants");
   if (tenants.empty()) return out + "\nno tenants\n";
+  const WeightSums weights(reply);
   std::vector<Row> memory{
       {"TENANT", "GPU", "LIMIT", "REQUEST", "GRANT", "USED", "PEAK", "PROCS", "OOM"}};
   std::vector<Row> compute{
       {"TENANT", "GPU", "WEIGHT", "SHARE", "CEILING", "PRIORITY", "MEASURED", "GPU-TIME", "STATE"}};
   for (const auto& t : tenants) {
     const std::string name = t.value("name", "?");
-    for (const auto& d : t.value("devices", json::array())) {
+    for (const auto& d : array_of(t, "devices")) {
       memory.push_back({name, count_of(d, "gpu"), size_of(d, "memory_limit"),
                         size_of(d, "memory_request"), size_of(d, "memory_grant"),
                         size_of(d, "memory_used"), size_of(d, "memory_peak"), processes_of(t),
                         count_of(d, "oom_events")});
-      compute.push_back({name, count_of(d, "gpu"), weight_of(d), promised_share(reply, d),
-                         ceiling_of(d), priority_of(d), measured_of(d), gpu_time_of(d),
+      compute.push_back({name, count_of(d, "gpu"), weight_of(d), weights.share(d), ceiling_of(d),
+                         priority_of(d), measured_of(d), gpu_time_of(d),
                          text_of(d, "compute_state")});
     }
   }
   out += "\n" + render(memory) + "\n" + render(compute);
+  // Tenants of tenants.json the broker could not restore (--keep-going): not served.
+  for (const auto& t : tenants) {
+    if (t.value("quarantined", false))
+      out += "\nquarantined: tenant " + t.value("name", std::string("?")) +
+             " is not served: " + t.value("reason", std::string("?"));
+  }
   // The broker's audit and books check (issue 12): one warning line per tenant caught.
   for (const auto& t : tenants) {
     const json v = t.value("violations", json::object());
@@ -216,14 +242,14 @@ std::string format_status_table(const json& reply) {
 std::vector<TableRow> tenant_table_rows(const json& reply, const std::string& only_tenant) {
   std::vector<Row> rows{{"TENANT", "GPU", "PROCS", "USED", "LIMIT", "WEIGHT", "SHARE", "CEIL",
                          "PRIO", "MEASURED", "GPU-TIME", "STATE"}};
-  for (const auto& t : reply.value("tenants", json::array())) {
+  const WeightSums weights(reply);
+  for (const auto& t : array_of(reply, "tenants")) {
     const std::string name = t.value("name", "?");
     if (!only_tenant.empty() && name != only_tenant) continue;
-    for (const auto& d : t.value("devices", json::array())) {
+    for (const auto& d : array_of(t, "devices")) {
       rows.push_back({name, count_of(d, "gpu"), processes_of(t), size_of(d, "memory_used"),
-                      size_of(d, "memory_limit"), weight_of(d), promised_share(reply, d),
-                      ceiling_of(d), priority_of(d), measured_of(d), gpu_time_of(d),
-                      text_of(d, "compute_state")});
+                      size_of(d, "memory_limit"), weight_of(d), weights.share(d), ceiling_of(d),
+                      priority_of(d), measured_of(d), gpu_time_of(d), text_of(d, "compute_state")});
     }
   }
   return rows;
@@ -256,9 +282,9 @@ int list_tenants(const std::string& run_dir) {
     return 1;
   }
   std::vector<Row> rows{{"NAME", "GPUS", "PROCESSES", "SOCKET"}};
-  for (const auto& t : reply->value("tenants", json::array())) {
+  for (const auto& t : array_of(*reply, "tenants")) {
     std::string gpus;
-    for (const auto& d : t.value("devices", json::array())) {
+    for (const auto& d : array_of(t, "devices")) {
       if (!gpus.empty()) gpus += ',';  // not operator+ on a literal: GCC 12's false -Wrestrict
       gpus += count_of(d, "gpu");
     }

@@ -64,8 +64,12 @@ void AuditService::audit_tick() {
     samples.push_back({gpu->index, s.ok, std::move(s.processes)});
   }
   // Built after sampling: a process that registered before allocating shows registered.
+  // Only tenants with registered processes: a process is attributed to a tenant through
+  // its registered processes (themselves, an ancestor, their cgroup), so the others can
+  // own nothing the sample shows.
   std::vector<AuditTenant> tenants;
   for (Tenant* t : registry_.all()) {
+    if (watched_of(t->spec.name).empty()) continue;
     AuditTenant at;
     at.name = t->spec.name;
     at.limit.assign(width, 0);
@@ -76,8 +80,8 @@ void AuditService::audit_tick() {
       if (const GpuInfo* g = gpus_.find(d.gpu)) at.footprint[d.gpu] = g->context_footprint;
     }
     const TenantLedger& ledger = t->ledger();
-    for (const ProcessTracker::Watched& w : tracker_.watches_of(t->spec.name)) {
-      AuditRegistered p{static_cast<int32_t>(w.pid), w.start_time, std::vector<uint64_t>(width, 0)};
+    for (const WatchedSlot& w : watched_of(t->spec.name)) {
+      AuditRegistered p{w.pid, w.start_time, std::vector<uint64_t>(width, 0)};
       for (std::size_t i = 0; i < t->spec.devices.size() && i < kMaxDevices; ++i) {
         const uint32_t gpu = t->spec.devices[i].gpu;
         if (gpu < width && w.slot < kMaxProcesses)
@@ -92,21 +96,41 @@ void AuditService::audit_tick() {
   ++nvml_ticks_;
 }
 
+// The broker's record of the tenant's registered processes, rebuilt only when the
+// tracker's generation for the tenant moved (a registration or a death).
+const std::vector<WatchedSlot>& AuditService::watched_of(const std::string& tenant) {
+  WatchedCache& c = watched_[tenant];
+  const uint64_t generation = tracker_.generation(tenant);
+  if (!c.valid || c.generation != generation) {
+    c.slots.clear();
+    for (const ProcessTracker::Watched& w : tracker_.watches_of(tenant))
+      c.slots.push_back({w.slot, static_cast<int32_t>(w.pid), w.start_time});
+    c.generation = generation;
+    c.valid = true;
+  }
+  return c.slots;
+}
+
 BooksSubject AuditService::subject(Tenant& tenant) {
-  std::vector<WatchedSlot> watched;
-  for (const ProcessTracker::Watched& w : tracker_.watches_of(tenant.spec.name))
-    watched.push_back({w.slot, static_cast<int32_t>(w.pid), w.start_time});
   return BooksSubject{tenant.spec,
                       tenant.quota(),
                       tenant.ledger(),
-                      std::move(watched),
+                      watched_of(tenant.spec.name),
                       reconciler_.pending(tenant.spec.name),
                       [this, &tenant] { tenant.segments->publish(tenant.spec, gpus_); }};
 }
 
 void AuditService::books_tick() {
   const auto now = std::chrono::steady_clock::now();
-  for (Tenant* t : registry_.all()) record(books_.check(subject(*t), now));
+  // A tenant with a registered process is checked every tick. One without has nobody
+  // known to map its segments (only a child forked from an exited process could): it is
+  // checked every kQuietTenantEvery-th tick, still well within the audit's 1 s, which keeps
+  // an idle broker with 1,000 tenants cheap.
+  const bool quiet_turn = books_ticks_ % kQuietTenantEvery == 0;
+  for (Tenant* t : registry_.all()) {
+    if (!quiet_turn && !tracker_.has_watches(t->spec.name)) continue;
+    record(books_.check(subject(*t), now));
+  }
   books_time_ += std::chrono::steady_clock::now() - now;
   ++books_ticks_;
 }
@@ -125,6 +149,7 @@ bool AuditService::burst_refused(const std::string& tenant, std::string* why) co
 }
 
 void AuditService::forget(const std::string& tenant) {
+  watched_.erase(tenant);
   books_.forget(tenant);
   log_.forget(tenant);
 }
@@ -154,6 +179,8 @@ void AuditService::note_figures(const GpuUsageSample& sample) {
   }
   NvmlGpuFigures f;
   for (const GpuProcessUsage& p : sample.processes) f.memory_used += p.bytes_known ? p.bytes : 0;
+  if (sample.memory_used) f.memory_used = *sample.memory_used;  // the device's own figure
+  f.utilization = sample.utilization;
   figures_[sample.uuid] = f;
 }
 

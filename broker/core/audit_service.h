@@ -4,7 +4,9 @@
 //    GPU (nvml_port.h) judged by UsageAudit (usage_audit.h) against each tenant's limit
 //    and its registered processes' books;
 //  - books_tick(), every maintenance tick (100 ms): BooksCheck (books_check.h) on every
-//    tenant's quota and ledger;
+//    tenant's quota and ledger (its every-tick part is a few loads per tenant; the
+//    registered processes' list is rebuilt only when ProcessTracker's generation for the
+//    tenant moved);
 //  - everything found goes to the ViolationLog (violation_log.h): log line, counters,
 //    status JSON, metrics (tenant_metrics.h reads them, with the NVML figures of each
 //    GPU's latest sample); --audit-action kill stops an offending process.
@@ -19,6 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/books_check.h"
 #include "core/gpu_inventory.h"
@@ -34,8 +38,8 @@ namespace fracgpu::broker {
 
 // What NVML said about one GPU in the audit's latest sample (for the metrics).
 struct NvmlGpuFigures {
-  uint64_t memory_used = 0;           // bytes its processes hold, as NVML reports them
-  std::optional<double> utilization;  // 0..1; unset until NvmlPort reads utilisation
+  uint64_t memory_used = 0;           // the device's used memory (else what its processes hold)
+  std::optional<double> utilization;  // 0..1, where NVML reports it
 };
 
 class AuditService {
@@ -74,12 +78,15 @@ class AuditService {
   uint64_t books_passes() const { return books_ticks_; }
 
  private:
+  const std::vector<WatchedSlot>& watched_of(const std::string& tenant);
   BooksSubject subject(Tenant& tenant);
   void record(const std::vector<Violation>& found);
   void note_figures(const GpuUsageSample& sample);
 
   AuditOptions options_;
   TenantRegistry& registry_;
+  static constexpr uint64_t kQuietTenantEvery =
+      5;  // books ticks between checks of a tenant with no process
   ProcessTracker& tracker_;
   LedgerReconciler& reconciler_;
   const GpuInventory& gpus_;
@@ -92,6 +99,12 @@ class AuditService {
   std::chrono::nanoseconds nvml_time_{0}, books_time_{0};
   uint64_t nvml_ticks_ = 0, books_ticks_ = 0;
   std::map<std::string, NvmlGpuFigures, std::less<>> figures_;  // by GPU UUID
+  struct WatchedCache {
+    uint64_t generation = 0;
+    bool valid = false;
+    std::vector<WatchedSlot> slots;
+  };
+  std::unordered_map<std::string, WatchedCache> watched_;  // by tenant
 };
 
 }  // namespace fracgpu::broker

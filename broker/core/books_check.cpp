@@ -59,10 +59,45 @@ void compare_device(const DeviceQuota& q, const DeviceSpec& d, const GpuInfo* gp
   }
 }
 
+// The every-tick fast path of the ledger check: each registered slot holds what the
+// broker wrote there and is between operations, and each device's counter equals the
+// plain sum of those slots' used[]. True means nothing to repair; false sends the tenant
+// through the full check, whose consistent snapshot decides (a reserve in flight between
+// its two stores also lands there, and settles).
+bool books_agree(const BooksSubject& s) {
+  const TenantLedger& l = s.ledger;
+  for (const WatchedSlot& ws : s.watched) {
+    if (ws.slot >= kMaxProcesses) return false;
+    const ProcessSlot& slot = l.processes[ws.slot];
+    if (slot.state.load() != static_cast<uint32_t>(SlotState::kLive) || slot.pid.load() != ws.pid ||
+        slot.start_time.load() != ws.start_time || slot.op_seq.load() % 2 != 0)
+      return false;
+  }
+  const std::size_t count = std::min(s.spec.devices.size(), kMaxDevices);
+  for (std::size_t d = 0; d < count; ++d) {
+    uint64_t sum = 0;
+    for (const WatchedSlot& ws : s.watched) sum += l.processes[ws.slot].used[d].load();
+    if (sum != l.devices[d].used.load()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
+BooksCheck::TenantState& BooksCheck::state_of(const std::string& tenant) {
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end()) it = tenants_.emplace(tenant, TenantState{}).first;
+  return it->second;
+}
+
+uint64_t BooksCheck::full_scan_period() const {
+  const uint64_t by_budget =
+      (tenants_.size() * kMaxProcesses + kFullScanSlotsPerTick - 1) / kFullScanSlotsPerTick;
+  return std::max<uint64_t>(kFullScanEvery, by_budget);
+}
+
 void BooksCheck::note_grants(const std::string& tenant, const TenantQuota& quota) {
-  TenantState& t = tenants_[tenant];
+  TenantState& t = state_of(tenant);
   const uint32_t n = std::min<uint32_t>(quota.device_count, kMaxDevices);
   t.grants.resize(n);
   for (uint32_t i = 0; i < n; ++i) t.grants[i] = quota.devices[i].memory_grant.load();
@@ -118,18 +153,32 @@ Violation BooksCheck::violation(const BooksSubject& s, uint32_t device, Violatio
 
 std::vector<Violation> BooksCheck::check(const BooksSubject& s,
                                          std::chrono::steady_clock::time_point now) {
-  TenantState& t = tenants_[s.spec.name];
-  // Tenants take turns for the full slot scan, so no tick scans them all.
-  const bool full_scan = (t.ticks++ + std::hash<std::string>{}(s.spec.name)) % kFullScanEvery == 0;
-  std::vector<Violation> out = check_quota(s, now);
-  std::vector<Violation> ledger = check_ledger(s, now, full_scan);
+  TenantState& t = state_of(s.spec.name);
+  if (!t.offset_known) {  // hashed once: tenants take turns for the full slot scan
+    t.scan_offset = std::hash<std::string>{}(s.spec.name);
+    t.offset_known = true;
+  }
+  const bool full_scan = (t.ticks++ + t.scan_offset) % full_scan_period() == 0;
+  std::vector<Violation> out = quota_of(s, t, now);
+  std::vector<Violation> ledger = ledger_of(s, t, now, full_scan);
+  if (out.empty()) return ledger;
   out.insert(out.end(), ledger.begin(), ledger.end());
   return out;
 }
 
 std::vector<Violation> BooksCheck::check_quota(const BooksSubject& s,
                                                std::chrono::steady_clock::time_point now) {
-  TenantState& t = tenants_[s.spec.name];
+  return quota_of(s, state_of(s.spec.name), now);
+}
+
+std::vector<Violation> BooksCheck::check_ledger(const BooksSubject& s,
+                                                std::chrono::steady_clock::time_point now,
+                                                bool full_scan) {
+  return ledger_of(s, state_of(s.spec.name), now, full_scan);
+}
+
+std::vector<Violation> BooksCheck::quota_of(const BooksSubject& s, TenantState& t,
+                                            std::chrono::steady_clock::time_point now) {
   const TenantQuota& q = s.quota;
   const uint32_t count = static_cast<uint32_t>(std::min(s.spec.devices.size(), kMaxDevices));
   std::vector<std::string> wrong;
@@ -174,11 +223,13 @@ std::vector<Violation> BooksCheck::check_quota(const BooksSubject& s,
                     detail + "); restored from the broker's record")};
 }
 
-std::vector<Violation> BooksCheck::check_ledger(const BooksSubject& s,
-                                                std::chrono::steady_clock::time_point now,
-                                                bool full_scan) {
-  TenantState& t = tenants_[s.spec.name];
+std::vector<Violation> BooksCheck::ledger_of(const BooksSubject& s, TenantState& t,
+                                             std::chrono::steady_clock::time_point now,
+                                             bool full_scan) {
   if (s.reclaim_pending) return {};  // Dead slots of real processes are being reclaimed
+  // Every tick: the cheap comparison; the snapshot only when it disagrees, or while a
+  // slot is being watched for staying inside an operation.
+  if (!full_scan && t.odd_slots.empty() && books_agree(s)) return {};
   TenantLedger& l = s.ledger;
   std::vector<Violation> out;
   // The broker's registered processes: their slots say what the broker wrote there.

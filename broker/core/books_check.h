@@ -18,23 +18,45 @@
 //          used[] of those slots, from a consistent snapshot (ledger::check_used_of, which
 //          installs the sum); a slot stuck inside an operation (op_seq odd and unchanged)
 //          for kStuckTicks ticks is reported too, since it keeps that snapshot from
-//          settling. Every kFullScanEvery ticks (tenants take turns) all 512 slots are
-//          scanned: any other slot not Free is forged (with no reclaim pending there are no
-//          Dead slots of real processes) and is freed WITHOUT subtracting its used[]
-//          (values the tenant wrote must never lower its counter). Skipped while the
-//          tenant has Dead slots awaiting reclaim.
+//          settling. Every tenant's 512 slots are scanned in turn (below): any other slot
+//          not Free is forged (with no reclaim pending there are no Dead slots of real
+//          processes) and is freed WITHOUT subtracting its used[] (values the tenant wrote
+//          must never lower its counter). Skipped while the tenant has Dead slots
+//          awaiting reclaim.
 // Residual risk: a tenant that rewrites DeviceUsage.used AND its slots' used[]
 // consistently (both lowered by the same amount) passes this check; only the NVML audit
 // (usage_audit.h), which sees the driver's real per-process usage, catches that.
-// Cost per tenant and tick: the quota's device lines, the registered slots' lines (two
-// op_seq collects and a sum per GPU) and the counters; the 512-slot scan once a second.
+//
+// What runs every tick and what runs slowly (the tick's cost must not grow with
+// tenants x 512 slots). Nothing here trusts a tenant-written "changed" flag: the quota
+// and ledger pages are writable by the tenant's processes, so a flag they could clear is
+// no evidence. Instead, every tick, for EVERY tenant:
+//   - the quota's compared fields against the broker's record (a few loads per device,
+//     no allocation; strings are built only when something differs);
+//   - each registered slot's state/pid/start time (O(registered processes));
+//   - DeviceUsage.used against the plain sum of the registered slots' used[]; only when
+//     they differ (an operation in flight, or tampering) is the consistent snapshot
+//     (ledger::check_used_of) taken, which settles it and repairs a real difference.
+//     A tenant with no registered process must read 0, which costs one load per device.
+// Slowly: the scan of all 512 slots for forged ones, tenants taking turns, at most
+// kFullScanSlotsPerTick slots per tick: each tenant every kFullScanEvery ticks (10 s)
+// up to 200 tenants, every tenants/2 ticks beyond (50 s at 1,000). That is safe to
+// slow down because a forged slot cannot lower the tenant's counter unnoticed: the
+// counter is checked every tick against the broker's own slots only, and a forged
+// Dead slot that a reclaim subtracted shows there within 100 ms (repaired, flagged); a
+// forged slot otherwise only uses up the tenant's own slots.
+// Cost per tenant and tick: about 20 loads and compares per device plus the registered
+// slots; a consistent snapshot only for tenants whose counters were moving; at 1,000
+// tenants about 0.5 ms per tick, half a microsecond a tenant (bench/broker_scale_bench.cpp).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/gpu_inventory.h"
@@ -55,9 +77,9 @@ struct BooksSubject {
   const TenantSpec& spec;
   TenantQuota& quota;
   TenantLedger& ledger;
-  std::vector<WatchedSlot> watched;  // by slot, ascending
-  bool reclaim_pending = false;      // LedgerReconciler has Dead slots queued
-  std::function<void()> republish;   // rewrite the quota from the spec
+  std::span<const WatchedSlot> watched;  // by slot, ascending; must outlive the check
+  bool reclaim_pending = false;          // LedgerReconciler has Dead slots queued
+  std::function<void()> republish;       // rewrite the quota from the spec
 };
 
 class BooksCheck {
@@ -65,7 +87,8 @@ class BooksCheck {
   static constexpr std::chrono::seconds kFlagDuration{60};
   static constexpr int kSnapshotAttempts = 8;
   static constexpr int kStuckTicks = 20;      // 2 s at 100 ms
-  static constexpr int kFullScanEvery = 100;  // 10 s at 100 ms
+  static constexpr int kFullScanEvery = 100;  // 10 s at 100 ms, for up to 200 tenants
+  static constexpr std::size_t kFullScanSlotsPerTick = 1024;
 
   explicit BooksCheck(const GpuInventory& gpus) : gpus_(gpus) {}
 
@@ -77,7 +100,7 @@ class BooksCheck {
   std::vector<Violation> check_quota(const BooksSubject& subject,
                                      std::chrono::steady_clock::time_point now);
   // full_scan: also look at every slot that is not the broker's (forged ones); check()
-  // does that for each tenant every kFullScanEvery ticks, tenants taking turns.
+  // does that for each tenant once per full_scan_period() ticks, tenants taking turns.
   std::vector<Violation> check_ledger(const BooksSubject& subject,
                                       std::chrono::steady_clock::time_point now, bool full_scan);
 
@@ -88,6 +111,8 @@ class BooksCheck {
   int64_t flag_seconds_left(const std::string& tenant,
                             std::chrono::steady_clock::time_point now) const;
   void forget(const std::string& tenant);
+  // Ticks between two full scans of one tenant, for the tenants known now.
+  uint64_t full_scan_period() const;
 
  private:
   struct TenantState {
@@ -96,13 +121,20 @@ class BooksCheck {
     std::chrono::steady_clock::time_point flagged_until{};
     std::map<uint32_t, std::pair<uint64_t, int>> odd_slots;  // slot -> (op_seq, ticks seen)
     uint64_t ticks = 0;
+    uint64_t scan_offset = 0;  // spreads the tenants' full scans over the period
+    bool offset_known = false;
   };
+  TenantState& state_of(const std::string& tenant);
+  std::vector<Violation> quota_of(const BooksSubject& s, TenantState& t,
+                                  std::chrono::steady_clock::time_point now);
+  std::vector<Violation> ledger_of(const BooksSubject& s, TenantState& t,
+                                   std::chrono::steady_clock::time_point now, bool full_scan);
   Violation violation(const BooksSubject& s, uint32_t device, ViolationKind kind, int32_t pid,
                       uint64_t bytes, std::string action, std::string detail) const;
   void flag(TenantState& t, std::chrono::steady_clock::time_point now);
 
   const GpuInventory& gpus_;
-  std::map<std::string, TenantState, std::less<>> tenants_;
+  std::unordered_map<std::string, TenantState> tenants_;
 };
 
 }  // namespace fracgpu::broker

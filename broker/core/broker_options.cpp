@@ -20,6 +20,10 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   }
   app.add_option("--state-dir", o.state_dir,
                  std::string("Where tenants.json is kept (default ") + paths::kStateDir + ")");
+  app.add_flag("--keep-going", o.keep_going,
+               "Start even when tenants.json has tenants that cannot be restored (a bad field, "
+               "no longer admitted): they are quarantined, listed with the reason and kept in the "
+               "file as they are, and the file is backed up first (default: refuse to start)");
   app.add_option("--driver", o.driver,
                  "CUDA driver library to enumerate GPUs with (default $FRACGPU_REAL_DRIVER, else "
                  "libcuda.so.1)");

@@ -27,6 +27,10 @@ struct BrokerOptions {
   std::string metrics_listen;              // ADDR:PORT, empty = off
   std::string log_level = "info";
   int ready_fd = -1;  // written to (one byte) and closed once the broker serves
+  // A tenant of tenants.json that cannot be restored (a bad field, no longer admitted,
+  // its files unusable) stops the start; --keep-going quarantines it instead
+  // (docs/configuration.md, "State and recovery").
+  bool keep_going = false;
   // Compute scheduling (docs/configuration.md, "Compute shares").
   int slice_ms = 20;
   int high_inflight_us = 500;

@@ -26,15 +26,23 @@ namespace {
 // One tenant on one GPU: its ledger entries read, its grant word written.
 class LedgerPort final : public SchedulingPort {
  public:
-  LedgerPort(TenantQuota& quota, TenantLedger& ledger, std::size_t index)
+  LedgerPort(TenantQuota& quota, TenantLedger& ledger, std::size_t index,
+             const ProcessTracker* tracker, std::string tenant)
       : quota_(quota.devices[index]),
         usage_(ledger.devices[index]),
         ledger_(ledger),
-        index_(index) {}
+        index_(index),
+        tracker_(tracker),
+        tenant_(std::move(tenant)) {}
 
-  uint32_t waiting() const override {  // live processes only: a dead waiter's count dies with it
+  // Live processes only: a dead waiter's count dies with it. The sum is also published as
+  // the tenant-wide DeviceUsage.waiting (monitoring), which only the broker writes: a
+  // process killed at its gate would otherwise leave it counted for ever.
+  uint32_t waiting() const override {
     uint32_t total = 0;
     for_live([&](uint32_t slot) { total += ledger_.schedule[slot][index_].waiting.load(); });
+    if (usage_.waiting.load(std::memory_order_relaxed) != total)
+      usage_.waiting.store(total, std::memory_order_relaxed);
     return total;
   }
   bool launched_since(uint32_t epoch) const override {
@@ -62,6 +70,11 @@ class LedgerPort final : public SchedulingPort {
     return any;
   }
   uint32_t current_word() const override { return quota_.grant_word.load(); }
+  uint64_t progress() const override {
+    uint64_t sum = 0;
+    for_live([&](uint32_t slot) { sum += ledger_.processes[slot].gate_progress.load(); });
+    return sum;
+  }
   uint64_t burst_start() const override {
     return usage_.burst_start_ns.load();
   }  // after span (release)
@@ -83,16 +96,26 @@ class LedgerPort final : public SchedulingPort {
  private:
   template <typename Fn>
   void for_live(Fn&& fn) const {
+    auto live = [&](uint32_t i) {
+      return static_cast<SlotState>(ledger_.processes[i].state.load(std::memory_order_relaxed)) ==
+             SlotState::kLive;
+    };
+    if (tracker_ != nullptr) {  // the registered slots: O(processes), not O(512)
+      tracker_->for_each_watched(tenant_, [&](uint32_t i) {
+        if (i < kMaxProcesses && live(i)) fn(i);
+      });
+      return;
+    }
     for (uint32_t i = 0; i < kMaxProcesses; ++i)
-      if (static_cast<SlotState>(ledger_.processes[i].state.load(std::memory_order_relaxed)) ==
-          SlotState::kLive)
-        fn(i);
+      if (live(i)) fn(i);
   }
 
   DeviceQuota& quota_;
   DeviceUsage& usage_;
   TenantLedger& ledger_;
   std::size_t index_;
+  const ProcessTracker* tracker_;
+  std::string tenant_;
 };
 
 }  // namespace
@@ -203,7 +226,8 @@ void ComputeService::sync_tenant(Tenant& t, std::unique_ptr<TenantLink>& link, i
   for (std::size_t i = 0; i < count; ++i) {
     const DeviceSpec& d = t.spec.devices[i];
     if (link->ports[i].second == nullptr || link->ports[i].first != d.gpu)
-      link->ports[i] = {d.gpu, std::make_unique<LedgerPort>(t.quota(), t.ledger(), i)};
+      link->ports[i] = {
+          d.gpu, std::make_unique<LedgerPort>(t.quota(), t.ledger(), i, tracker_, t.spec.name)};
     auto [it, created] = gpus_.try_emplace(d.gpu, config_);
     it->second.upsert(t.spec.name, link->ports[i].second.get(),
                       {d.compute, d.compute_limit, d.priority}, now);
@@ -228,10 +252,14 @@ void ComputeService::sync(TenantRegistry& registry) {
   run();
 }
 
+// Every pass renews the broker's lease in each tenant's quota (tenant_segment.h,
+// "Liveness"): while any thread waits at a gate, the schedulers run at least every 250 ms.
 void ComputeService::run() {
   const int64_t now = monotonic_ns();
   int64_t next = INT64_MAX;
   for (auto& [gpu, scheduler] : gpus_) next = std::min(next, scheduler.step(now));
+  for (auto& [name, link] : tenants_)
+    link->tenant->quota().broker_heartbeat.fetch_add(1, std::memory_order_release);
   arm(next);
 }
 

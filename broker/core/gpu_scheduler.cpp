@@ -180,7 +180,18 @@ int64_t GpuScheduler::tokens_now(const Entry& e, int64_t now) const {
 }
 
 bool GpuScheduler::eligible(const Entry& e) const {
-  return e.settings.ceiling_pct == 0 || e.tokens_ns >= config_.slice_ns / 4;
+  return !e.unresponsive && (e.settings.ceiling_pct == 0 || e.tokens_ns >= config_.slice_ns / 4);
+}
+
+void GpuScheduler::mark_unresponsive(Entry& e) {
+  e.unresponsive = true;
+  e.progress_mark = e.port->progress();
+}
+
+// An unresponsive tenant whose processes' gate threads woke since is alive again.
+void GpuScheduler::note_progress() {
+  for (auto& [name, e] : entries_)
+    if (e.unresponsive && e.port->progress() != e.progress_mark) e.unresponsive = false;
 }
 
 // A tenant that starts waiting joins at the least virtual time of those competing:
@@ -285,7 +296,10 @@ void GpuScheduler::step_holder(int64_t now) {
   const bool slice_over = contended && now >= slice_end_;
   const bool preempted =
       (h.settings.priority == PriorityClass::kLow && normal_waiting()) || outranked(h, now);
-  if (out_of_tokens || idle || slice_over || preempted || !h.port->has_processes()) revoke(now);
+  if (!(out_of_tokens || idle || slice_over || preempted || !h.port->has_processes())) return;
+  // Granted while its threads waited, and none of them woke to launch: it is stopped.
+  if (idle && !h.port->launched_since(first_epoch_) && h.port->waiting() > 0) mark_unresponsive(h);
+  revoke(now);
 }
 
 // The holder got the GPU while a tenant with less virtual time was pausing; once that
@@ -310,6 +324,7 @@ void GpuScheduler::revoke(int64_t now) {
   Entry& h = entries_.at(holder_);
   publish(h, false, false, true);
   revoke_epoch_ = h.epoch;
+  revoked_at_ = now;
   drain_deadline_ = now + config_.drain_timeout_ns;
   phase_ = Phase::kDraining;
 }
@@ -317,12 +332,19 @@ void GpuScheduler::revoke(int64_t now) {
 // Charges the holder grant -> drained (the drain is GPU time it used) and frees the GPU.
 void GpuScheduler::step_draining(int64_t now) {
   Entry& h = entries_.at(holder_);
-  if (!h.port->drained(first_epoch_, revoke_epoch_) && h.port->has_processes() &&
-      now < drain_deadline_)
-    return;
-  const int64_t held = now - grant_start_;
+  const bool drained = h.port->drained(first_epoch_, revoke_epoch_);
+  if (!drained && h.port->has_processes() && now < drain_deadline_) return;
+  // A drain that timed out: its drainer never ran (stopped, frozen). Its work in flight
+  // ended within its bound; the rest of the timeout the GPU stood idle, and charging that
+  // to it would keep it waiting as long again once it runs.
+  const bool timed_out = !drained && h.port->has_processes();
+  if (timed_out) mark_unresponsive(h);
+  const int64_t in_flight_ns =
+      int64_t{std::max(h.limit_us, config_.contended_inflight_us)} * 1000 + config_.tick_ns;
+  const int64_t end = timed_out ? std::min(now, revoked_at_ + in_flight_ns) : now;
+  const int64_t held = end - grant_start_;
   h.held_ns += held;
-  h.vtime += vtime_of(owed_ns(now), h.settings.weight);
+  h.vtime += vtime_of(std::max<int64_t>(0, owed_ns(end)), h.settings.weight);
   if (h.settings.ceiling_pct > 0) h.tokens_ns -= held;
   phase_ = Phase::kIdle;
   holder_.clear();
@@ -377,7 +399,8 @@ void GpuScheduler::apply_limits(int64_t now) {
   const bool high = high_active(now);
   int demand = 0, with_processes = 0;
   for (const auto& [name, e] : entries_) {
-    if (!is_high(e.settings) && (e.wait_since != 0 || name == holder_)) ++demand;
+    if (!is_high(e.settings) && ((e.wait_since != 0 && !e.unresponsive) || name == holder_))
+      ++demand;
     if (e.port->has_processes()) ++with_processes;
   }
   for (auto& [name, e] : entries_) {
@@ -444,6 +467,7 @@ int64_t GpuScheduler::next_deadline(int64_t now) const {
 
 int64_t GpuScheduler::step(int64_t now) {
   refill(now);
+  note_progress();
   note_waiting(now);
   for (auto& [name, e] : entries_)
     if (is_high(e.settings)) step_high(e, now);

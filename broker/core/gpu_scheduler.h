@@ -16,6 +16,13 @@
 //    longer than low_starvation gets the next slice (bounded waiting).
 //  * a ceiling is a token bucket of held time refilled at ceiling% of wall time; an
 //    empty bucket revokes the grant even on an idle GPU.
+//  * a tenant granted the GPU that does not acknowledge the grant before it counts as
+//    idle (its threads were waiting at the gate, yet none woke to launch), or that does
+//    not drain within drain_timeout after a revoke, is unresponsive: stopped (SIGSTOP),
+//    frozen or hung. It is not granted again until its processes show progress (their
+//    gate threads' wake-up counter moves, tenant_segment.h "Liveness"); meanwhile it
+//    neither counts as competing nor shortens anyone's slice or in-flight bound, so the
+//    others get the whole share they would get without it.
 //  * high tenants are always granted and never wait; while one is active (launched
 //    within high_hold), every other tenant on the GPU keeps at most high_inflight_us
 //    of GPU work in flight, so a high launch waits at most that plus one kernel.
@@ -65,6 +72,8 @@ class SchedulingPort {
   virtual bool drained(uint32_t first_epoch, uint32_t revoke_epoch) const = 0;
   virtual bool has_processes() const = 0;
   virtual uint32_t current_word() const = 0;
+  // Moves whenever one of its live processes' gate threads wakes (0 where not reported).
+  virtual uint64_t progress() const { return 0; }
   virtual void publish(uint32_t word, uint32_t inflight_limit_us) = 0;
   // Burst guard (tenant_segment.h): a high tenant's latest burst start, and the
   // prediction published to the others (period 0 = none).
@@ -177,6 +186,8 @@ class GpuScheduler {
     std::deque<std::pair<int64_t, int64_t>> history;  // (time, held) for the measured share
     BurstRhythm rhythm;                               // high: its bursts
     uint64_t guard_next = 0;                          // others: the guard last published to it
+    bool unresponsive = false;   // neither acknowledged a grant nor drained (see above)
+    uint64_t progress_mark = 0;  // its port's progress() when it was found unresponsive
   };
   enum class Phase { kIdle, kHolding, kDraining };
 
@@ -184,6 +195,8 @@ class GpuScheduler {
   void stop_waiting(Entry& e, int64_t now);
   void refill(int64_t now);
   void note_waiting(int64_t now);
+  void mark_unresponsive(Entry& e);
+  void note_progress();
   void step_high(Entry& e, int64_t now);
   bool high_active(int64_t now) const;
   void step_holder(int64_t now);
@@ -218,6 +231,7 @@ class GpuScheduler {
   uint32_t sample_epoch_ = 0;
   uint32_t first_epoch_ = 0;  // holder: first epoch of this grant
   uint32_t revoke_epoch_ = 0;
+  int64_t revoked_at_ = 0;
   int64_t drain_deadline_ = 0;
   int64_t last_refill_ = 0;
   int64_t last_history_ = 0;

@@ -239,11 +239,27 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
   std::vector<Holding> victims;
   for (const Holding& h : on_gpu)
     if (borrowed(*h.quota) > 0 && !demands_.count(key(h.member->name, gpu))) victims.push_back(h);
-  std::sort(victims.begin(), victims.end(), [](const Holding& a, const Holding& b) {
-    const uint32_t pa = a.quota->priority.load(), pb = b.quota->priority.load();
-    if (pa != pb) return pa < pb;  // best-effort (low) before normal before high
-    return borrowed(*a.quota) > borrowed(*b.quota);
+  // Best-effort (low) before normal before high; within a class the least recently active
+  // first (its memory is the least likely to be needed soon), then the largest borrower.
+  // The activity stamp is written by the tenant's own processes: a tenant that lies about it
+  // can only change its place among borrowers of its class, never escape a demand.
+  struct Ranked {
+    Holding holding;
+    uint32_t priority;
+    uint64_t active;
+    uint64_t borrowed;
+  };
+  std::vector<Ranked> ranked;
+  for (const Holding& h : victims)
+    ranked.push_back(
+        {h, h.quota->priority.load(), last_active(*h.member->ledger), borrowed(*h.quota)});
+  std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    if (a.active != b.active) return a.active < b.active;
+    return a.borrowed > b.borrowed;
   });
+  victims.clear();
+  for (const Ranked& r : ranked) victims.push_back(r.holding);
   for (const Holding& h : victims) {
     if (excess == 0) break;
     const uint64_t take = std::min(excess, borrowed(*h.quota));

@@ -7,7 +7,8 @@
 // LogLimiter (one line per second per server, EMFILE one per 10 s, with counts of what
 // was not logged). Cost per accepted connection: accept4, SO_PEERCRED, getrlimit and the
 // epoll registration; a refusal is accept4, SO_PEERCRED, one send and a close. The sweep
-// is O(connections) once a second, only while the server has connections.
+// is O(connections) once a second, only while the server has connections that can
+// expire (not yet registered).
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -84,7 +85,12 @@ void LineServer::on_timer() {
     next_sweep_ = now + kSweepPeriod;
   }
   if (paused_) schedule(resume_at_);
-  const bool more = !peers_.empty() || refusal_log_.pending() || accept_error_log_.pending() ||
+  // Only what can expire keeps the timer going: a connection of a registered process is
+  // never closed as idle, so a tenant server whose peers all registered sleeps (1,000
+  // tenant servers would otherwise wake 1,000 times a second for nothing).
+  const bool expirable = std::any_of(peers_.begin(), peers_.end(),
+                                     [](const auto& entry) { return !entry.second->slot; });
+  const bool more = expirable || refusal_log_.pending() || accept_error_log_.pending() ||
                     idle_log_.pending() || spare_descriptor::held() < spare_descriptor::kCount;
   if (more) schedule(next_sweep_);
 }

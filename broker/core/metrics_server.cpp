@@ -47,7 +47,12 @@ Status MetricsServer::start(const ListenAddress& address) {
         std::lock_guard<std::mutex> lock(state_mutex_);
         snapshot = snapshot_();
       }
-      res.set_content(render_metrics(snapshot), "text/plain; version=0.0.4; charset=utf-8");
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        text = render_metrics(snapshot, cache_);
+      }
+      res.set_content(std::move(text), "text/plain; version=0.0.4; charset=utf-8");
     } catch (const std::exception& e) {  // prometheus-cpp reports what it refuses by throwing
       spdlog::error("metrics: cannot render the scrape: {}", e.what());
       res.status = 500;

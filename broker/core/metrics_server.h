@@ -1,8 +1,10 @@
 // The optional Prometheus endpoint (--metrics-listen ADDR:PORT): GET /metrics served by
 // cpp-httplib on its own thread. A scrape takes its snapshot (tenant_metrics.h) under
 // the broker's state mutex, the same one the event loop holds while handling events, so
-// it sees a consistent view; the Prometheus registry is built and serialised
-// (metrics_exposition.h) after the mutex is released, so the loop waits only for the copy.
+// it sees a consistent view; the families are built and serialised (metrics_exposition.h)
+// after the mutex is released, so the loop waits only for the copy. The server keeps one
+// ExpositionCache across scrapes (its own mutex: httplib may run two scrapes at once), so
+// only series whose value changed since the last scrape go through TextSerializer.
 #pragma once
 
 #include <functional>
@@ -12,6 +14,7 @@
 #include <thread>
 
 #include "common/result.h"
+#include "core/metrics_exposition.h"
 #include "core/tenant_metrics.h"
 
 namespace httplib {
@@ -42,6 +45,8 @@ class MetricsServer {
  private:
   std::mutex& state_mutex_;
   std::function<MetricsSnapshot()> snapshot_;
+  std::mutex cache_mutex_;  // after state_mutex_, never both held
+  ExpositionCache cache_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };

@@ -42,6 +42,8 @@ std::unique_ptr<NvmlPort> NvmlPort::open(const std::string& path, std::string* r
   port->graphics_ =
       symbol<nvml::GetRunningProcessesFn>(lib, "nvmlDeviceGetGraphicsRunningProcesses_v3");
   port->error_string_ = symbol<nvml::ErrorStringFn>(lib, "nvmlErrorString");
+  port->memory_info_ = symbol<nvml::GetMemoryInfoV2Fn>(lib, "nvmlDeviceGetMemoryInfo_v2");
+  port->utilization_ = symbol<NvmlGetUtilizationRatesFn>(lib, "nvmlDeviceGetUtilizationRates");
   if (init == nullptr || count == nullptr || handle == nullptr || uuid == nullptr ||
       port->compute_ == nullptr) {
     *reason = path +
@@ -135,6 +137,14 @@ std::vector<GpuUsageSample> NvmlPort::sample() {
       // A GPU without graphics support answers NOT_SUPPORTED: the compute list stands.
       if (list(graphics_, gpu.device, graphics)) s = std::move(graphics);
     }
+    // v2: "used" without the driver's reservation, as nvidia-smi shows it (v1 includes it).
+    nvml::MemoryV2 memory{};
+    memory.version = nvml::kMemoryV2Version;
+    if (memory_info_ != nullptr && memory_info_(gpu.device, &memory) == nvml::kSuccess)
+      s.memory_used = memory.used;
+    NvmlUtilization busy{};
+    if (utilization_ != nullptr && utilization_(gpu.device, &busy) == nvml::kSuccess)
+      s.utilization = std::min(busy.gpu, 100u) / 100.0;
     samples.push_back(std::move(s));
   }
   return samples;

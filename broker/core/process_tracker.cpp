@@ -1,17 +1,20 @@
 // pidfd-based process watching and /proc parsing for ProcessTracker. The start time is
 // read AFTER the pidfd is opened: if it still matches, the pidfd refers to the very
-// process that registered (a pidfd pins one process, never a reused pid).
+// process that registered (a pidfd pins one process, never a reused pid). Deaths are
+// taken from the pidfds' own epoll set a batch at a time (process_tracker.h).
 #include "core/process_tracker.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -24,26 +27,41 @@ int pidfd_open(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
+// /proc/<pid>/stat in one read (it is well under a page).
+std::optional<std::string> read_stat(pid_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::array<char, 4096> buf{};
+  const ssize_t n = ::read(fd, buf.data(), buf.size());
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  return std::string(buf.data(), static_cast<std::size_t>(n));
+}
+
 }  // namespace
 
 std::optional<uint64_t> process_start_time(pid_t pid) {
   if (pid <= 0) return std::nullopt;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!in || !std::getline(in, stat)) return std::nullopt;
+  const auto stat = read_stat(pid);
+  if (!stat) return std::nullopt;
   // comm (field 2) may contain spaces and parentheses: fields resume after the LAST ')'.
-  const std::size_t close = stat.rfind(')');
+  const std::size_t close = stat->rfind(')');
   if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat.substr(close + 1));
-  std::string field;
-  for (int index = 3; index <= 22 && fields >> field; ++index) {
+  std::string_view rest = std::string_view(*stat).substr(close + 1);
+  for (int index = 3; index <= 22; ++index) {
+    const std::size_t begin = rest.find_first_not_of(' ');
+    if (begin == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(begin);
+    const std::size_t end = std::min(rest.find(' '), rest.size());
     if (index == 22) {
-      try {
-        return std::stoull(field);
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
+      uint64_t value = 0;
+      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + end, value);
+      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
+      return value;
     }
+    rest.remove_prefix(end);
   }
   return std::nullopt;
 }
@@ -53,14 +71,37 @@ bool process_matches(pid_t pid, uint64_t start_time) {
   return actual && *actual == start_time;
 }
 
+ProcessTracker::ProcessTracker(EventLoop& loop, DeathHandler on_death)
+    : loop_(loop), on_death_(std::move(on_death)), deaths_fd_(::epoll_create1(EPOLL_CLOEXEC)) {
+  if (deaths_fd_ < 0) {
+    spdlog::critical("epoll_create1 for the process watches failed: {}", std::strerror(errno));
+    return;
+  }
+  loop_id_ = loop_.add(deaths_fd_, EPOLLIN, [this](uint32_t) { reap_some(); });
+}
+
 ProcessTracker::~ProcessTracker() {
   while (!watches_.empty()) drop(watches_.begin());
+  if (loop_id_ != 0) loop_.remove(loop_id_);
+  if (deaths_fd_ >= 0) ::close(deaths_fd_);
+}
+
+// From one counter for all tenants: a value is never seen twice, even for a tenant
+// deleted and created again under the same name.
+void ProcessTracker::bump(const std::string& tenant) {
+  generations_[tenant] = ++last_generation_;
+}
+
+uint64_t ProcessTracker::generation(const std::string& tenant) const {
+  auto it = generations_.find(tenant);
+  return it == generations_.end() ? 0 : it->second;
 }
 
 bool ProcessTracker::watch(const std::string& tenant, uint32_t slot, pid_t pid,
                            uint64_t start_time) {
-  const Key key{tenant, slot};
+  Key key{tenant, slot};
   if (watches_.count(key)) return true;
+  if (deaths_fd_ < 0) return false;
   const int fd = pidfd_open(pid);
   if (fd < 0) {
     if (errno != ESRCH) spdlog::error("pidfd_open({}) failed: {}", pid, std::strerror(errno));
@@ -70,12 +111,18 @@ bool ProcessTracker::watch(const std::string& tenant, uint32_t slot, pid_t pid,
     ::close(fd);
     return false;
   }
-  const EventLoop::Id id = loop_.add(fd, EPOLLIN, [this, key](uint32_t) { on_exit(key); });
-  if (id == 0) {
+  const uint64_t token = next_token_++;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = token;
+  if (::epoll_ctl(deaths_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    spdlog::error("epoll_ctl(ADD, pidfd of {}) failed: {}", pid, std::strerror(errno));
     ::close(fd);
     return false;
   }
-  watches_[key] = Watch{pid, start_time, fd, id};
+  by_token_.emplace(token, key);
+  watches_.emplace(std::move(key), Watch{pid, start_time, fd, token});
+  bump(tenant);
   return true;
 }
 
@@ -99,19 +146,37 @@ void ProcessTracker::forget_tenant(const std::string& tenant) {
     drop(it);
     it = next;
   }
+  generations_.erase(tenant);
 }
 
-void ProcessTracker::on_exit(Key key) {  // by value: drop() destroys the watch that holds it
-  auto it = watches_.find(key);
-  if (it == watches_.end()) return;
-  const pid_t pid = it->second.pid;
-  drop(it);
-  on_death_(key.first, key.second, pid);
+int ProcessTracker::reap_some() {
+  std::array<epoll_event, kDeathsPerTurn> events{};
+  const int n = ::epoll_wait(deaths_fd_, events.data(), kDeathsPerTurn, 0);
+  int handled = 0;
+  for (int i = 0; i < n; ++i) {
+    auto token = by_token_.find(events[static_cast<std::size_t>(i)].data.u64);
+    if (token == by_token_.end()) continue;  // dropped earlier in this batch
+    auto it = watches_.find(token->second);
+    if (it == watches_.end()) continue;
+    const Key key = it->first;  // a copy: drop() destroys the watch that holds it
+    const pid_t pid = it->second.pid;
+    drop(it);
+    ++handled;
+    try {
+      on_death_(key.first, key.second, pid);
+    } catch (const std::exception& e) {  // one death's trouble never stops the others
+      spdlog::error("internal error while handling the exit of pid {}: {}", pid, e.what());
+    }
+  }
+  if (handled > 0 && batch_done_) batch_done_();
+  return handled;
 }
 
-void ProcessTracker::drop(std::map<Key, Watch>::iterator it) {
-  loop_.remove(it->second.loop_id);
+void ProcessTracker::drop(Watches::iterator it) {
+  ::epoll_ctl(deaths_fd_, EPOLL_CTL_DEL, it->second.pidfd, nullptr);
   ::close(it->second.pidfd);
+  by_token_.erase(it->second.token);
+  bump(it->first.first);
   watches_.erase(it);
 }
 

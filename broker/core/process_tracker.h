@@ -1,9 +1,18 @@
 // Watching the processes registered in tenant ledgers. Each watched process gets a
-// pidfd (pidfd_open, Linux >= 5.3) in the event loop; it becomes readable the moment
-// the process exits, whatever the state of its socket — a closed socket alone proves
-// nothing, since the process may simply outlive a broker restart. Start times
-// (field 22 of /proc/<pid>/stat) tell a process apart from a later one that reused
-// its pid.
+// pidfd (pidfd_open, Linux >= 5.3); it becomes readable the moment the process exits,
+// whatever the state of its socket — a closed socket alone proves nothing, since the
+// process may simply outlive a broker restart. Start times (field 22 of
+// /proc/<pid>/stat) tell a process apart from a later one that reused its pid.
+//
+// The pidfds live in an epoll set of their own, which the event loop watches as ONE
+// descriptor: when thousands of processes exit at once, each turn of the loop takes at
+// most kDeathsPerTurn of them (one epoll_wait, no per-pidfd handler objects) and then
+// lets the loop serve what else is ready (the admin socket, registrations) before the
+// next batch. The batch-done hook runs once per batch, for work that needs doing once
+// however many died (the compute scheduler's re-evaluation).
+// Cost: a death is O(log n) in the watches plus the death handler; nothing is scanned.
+// Each tenant's watches carry a generation, bumped on every watch and death, so callers
+// (books check, audit) can tell "nothing changed" without rebuilding lists.
 #pragma once
 
 #include <sys/types.h>
@@ -13,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,14 +38,18 @@ bool process_matches(pid_t pid, uint64_t start_time);
 
 class ProcessTracker {
  public:
+  static constexpr int kDeathsPerTurn = 64;
+
   // Called from the event loop when a watched process has exited.
   using DeathHandler = std::function<void(const std::string& tenant, uint32_t slot, pid_t pid)>;
 
-  ProcessTracker(EventLoop& loop, DeathHandler on_death)
-      : loop_(loop), on_death_(std::move(on_death)) {}
+  ProcessTracker(EventLoop& loop, DeathHandler on_death);
   ~ProcessTracker();
   ProcessTracker(const ProcessTracker&) = delete;
   ProcessTracker& operator=(const ProcessTracker&) = delete;
+
+  // Runs after each batch of deaths (from the event loop, after their handlers).
+  void set_batch_done(std::function<void()> fn) { batch_done_ = std::move(fn); }
 
   // Watches the process in `slot` of `tenant`; idempotent. False when the process is
   // already gone (or is no longer the one started at `start_time`): the caller reclaims.
@@ -49,23 +63,50 @@ class ProcessTracker {
     uint64_t start_time = 0;
   };
   std::vector<Watched> watches_of(const std::string& tenant) const;  // by slot, ascending
+  // The same without a copy, for per-step readers (the compute scheduler's ports): fn(slot)
+  // for each watched slot of the tenant, ascending. O(log n + the tenant's watches).
+  template <typename Fn>
+  void for_each_watched(const std::string& tenant, Fn&& fn) const {
+    for (auto it = watches_.lower_bound(Key{tenant, 0});
+         it != watches_.end() && it->first.first == tenant; ++it)
+      fn(it->first.second);
+  }
+  // Whether any process of the tenant is watched. O(log n).
+  bool has_watches(const std::string& tenant) const {
+    auto it = watches_.lower_bound(Key{tenant, 0});
+    return it != watches_.end() && it->first.first == tenant;
+  }
+  // Bumped whenever a watch of the tenant starts or ends; 0 for a tenant never watched.
+  uint64_t generation(const std::string& tenant) const;
   void forget_tenant(const std::string& tenant);
   std::size_t size() const { return watches_.size(); }
+
+  // Handles up to kDeathsPerTurn exited processes now (what the loop does when the pidfd
+  // set is readable); the number handled.
+  int reap_some();
 
  private:
   struct Watch {
     pid_t pid = 0;
     uint64_t start_time = 0;
     int pidfd = -1;
-    EventLoop::Id loop_id = 0;
+    uint64_t token = 0;  // the pidfd's epoll data: survives fd-number reuse
   };
   using Key = std::pair<std::string, uint32_t>;
-  void on_exit(Key key);
-  void drop(std::map<Key, Watch>::iterator it);
+  using Watches = std::map<Key, Watch>;
+  void drop(Watches::iterator it);
+  void bump(const std::string& tenant);
 
   EventLoop& loop_;
   DeathHandler on_death_;
-  std::map<Key, Watch> watches_;
+  std::function<void()> batch_done_;
+  int deaths_fd_ = -1;  // epoll set of the pidfds
+  EventLoop::Id loop_id_ = 0;
+  uint64_t next_token_ = 1;
+  uint64_t last_generation_ = 0;
+  Watches watches_;
+  std::unordered_map<uint64_t, Key> by_token_;
+  std::unordered_map<std::string, uint64_t> generations_;
 };
 
 }  // namespace fracgpu::broker

@@ -63,7 +63,9 @@ SocketAccess socket_access(const TenantSpec& spec) {
 }
 
 TenantRegistry::TenantRegistry(RegistryConfig config, const GpuInventory& gpus)
-    : config_(std::move(config)), gpus_(gpus), store_(config_.state_dir) {}
+    : config_(std::move(config)),
+      gpus_(gpus),
+      store_(config_.state_dir, config_.file_ops ? *config_.file_ops : posix_file_ops()) {}
 
 Status TenantRegistry::prepare() {
   const std::filesystem::path& run = config_.run_dir;
@@ -136,7 +138,11 @@ Status TenantRegistry::persist_with(const TenantSpec* replacement, const TenantS
     list.push_back(replacement != nullptr && replacement->name == n ? replacement : &t->spec);
   }
   if (added != nullptr) list.push_back(added);
-  return store_.save(list);
+  return store_.save(list, quarantined_);
+}
+
+Status TenantRegistry::persist_replacing(const TenantSpec& replacement) const {
+  return persist_with(&replacement, nullptr, {});
 }
 
 Result<std::unique_ptr<Tenant>> TenantRegistry::attach(const TenantSpec& spec) {
@@ -155,35 +161,17 @@ Result<std::unique_ptr<Tenant>> TenantRegistry::attach(const TenantSpec& spec) {
   return R(std::move(tenant));
 }
 
-std::size_t TenantRegistry::restore() {
-  for (TenantSpec& spec : store_.load()) {
-    for (const DeviceSpec& d : spec.devices) {
-      const GpuInfo* gpu = gpus_.find(d.gpu);
-      if (gpu == nullptr || (!d.uuid.empty() && gpu->uuid != d.uuid)) {
-        spdlog::warn(
-            "tenant {}: GPU {} ({}) is not on this node as it was when the tenant was created",
-            spec.name, d.gpu, d.uuid);
-      }
-    }
-    auto tenant = attach(spec);
-    if (!tenant) {
-      spdlog::error("cannot restore tenant {}: {}", spec.name, tenant.error());
-      continue;
-    }
-    spdlog::info(
-        "restored tenant {} (ledger {}{})", spec.name,
-        (*tenant)->segments->ledger_reused() ? "re-attached" : "new",
-        (*tenant)->segments->ledger_migrated() ? ", moved out of the tenant's directory" : "");
-    tenants_.emplace(spec.name, std::move(*tenant));
-  }
-  return tenants_.size();
-}
-
 Result<Tenant*> TenantRegistry::create(const nlohmann::json& tenant_json) {
   auto spec = tenant_spec_from_json(tenant_json);
   if (!spec) return Result<Tenant*>::failure(spec.error());
   if (find(spec->name))
     return Result<Tenant*>::failure("tenant '" + spec->name + "' already exists");
+  if (const InvalidTenantEntry* q = find_quarantined(spec->name)) {
+    return Result<Tenant*>::failure("tenant '" + spec->name + "' exists but is quarantined (" +
+                                    q->reason +
+                                    "); fix its entry in tenants.json and restart "
+                                    "the broker, or delete the tenant first");
+  }
   if (auto s = admit_tenant(*spec, gpus_, config_.reserve, specs_except(spec->name)); !s) {
     return Result<Tenant*>::failure(s.error());
   }
@@ -206,6 +194,11 @@ Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
     return Result<Tenant*>::failure("\"tenant\" must be an object with a \"name\"");
   }
   Tenant* tenant = find(tenant_json["name"].get<std::string>());
+  if (const InvalidTenantEntry* q = find_quarantined(tenant_json["name"].get<std::string>())) {
+    return Result<Tenant*>::failure("tenant '" + q->name + "' is quarantined (" + q->reason +
+                                    "); fix its entry in tenants.json and restart the broker, "
+                                    "or delete it and create it again");
+  }
   if (tenant == nullptr) {
     return Result<Tenant*>::failure("no tenant named '" +
                                     tenant_json["name"].get<std::string>().substr(0, 80) + "'");
@@ -238,6 +231,19 @@ Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
 
 Status TenantRegistry::remove(std::string_view name) {
   auto it = tenants_.find(name);
+  if (it == tenants_.end() && find_quarantined(name) != nullptr) {
+    std::vector<InvalidTenantEntry> kept;
+    for (const InvalidTenantEntry& e : quarantined_)
+      if (e.name != name) kept.push_back(e);
+    std::vector<const TenantSpec*> list;
+    for (const auto& [n, t] : tenants_) list.push_back(&t->spec);
+    if (auto s = store_.save(list, kept); !s) return s;
+    quarantined_ = std::move(kept);
+    TenantSpec gone;
+    gone.name = std::string(name);
+    if (validate_tenant_name(gone.name)) remove_files(gone);  // never a path built from a bad name
+    return {};
+  }
   if (it == tenants_.end())
     return Status::failure("no tenant named '" + std::string(name.substr(0, 80)) + "'");
   if (auto s = persist_with(nullptr, nullptr, name); !s) return s;

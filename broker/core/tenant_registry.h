@@ -1,8 +1,12 @@
 // The broker's tenants: their definitions, run directories and mapped segments, kept
 // consistent with tenants.json. Create/update/delete go through admission and are
 // persisted before they take effect; restore() brings back the persisted tenants
-// after a restart, re-opening (never resetting) their live ledgers. It also owns the
-// run directory's layout and modes (fracgpu/paths.h), and moves the files of the old
+// after a restart, re-opening (never resetting) their live ledgers. A persisted tenant
+// is never dropped silently: every entry is validated and re-admitted before anything is
+// applied, and one that fails either stops the start (naming the tenant and the field)
+// or, with keep_going, is quarantined: not applied, listed with its reason, and written
+// back verbatim on every later save, with a timestamped backup of the file taken first. It also
+// owns the run directory's layout and modes (fracgpu/paths.h), and moves the files of the old
 // layout (every tenant under tenants/, the ledger beside the quota) into it. Sockets and
 // process watches are the Broker's business, not the registry's; the socket's mode and
 // owner are decided here (socket_access) because they follow the tenant's owners.
@@ -52,7 +56,14 @@ SocketAccess socket_access(const TenantSpec& spec);
 struct RegistryConfig {
   std::filesystem::path run_dir;
   std::filesystem::path state_dir;
-  uint64_t reserve = 0;  // bytes per GPU kept out of every quota
+  uint64_t reserve = 0;         // bytes per GPU kept out of every quota
+  FileOps* file_ops = nullptr;  // the state store's file-system port; null = POSIX (tests set it)
+};
+
+struct RestoreOptions {
+  // false: any tenant that cannot be restored as it was stops the start (restore fails);
+  // true (--keep-going): such tenants are quarantined and the broker starts.
+  bool keep_going = false;
 };
 
 class TenantRegistry {
@@ -62,12 +73,23 @@ class TenantRegistry {
   // Creates the run directory's layout with its modes (and fixes those of an existing
   // one), and the state directory.
   Status prepare();
-  // Loads tenants.json and re-attaches every tenant's files; returns how many.
+  // Loads tenants.json, validates and re-admits every entry (against the entries before
+  // it), then re-attaches every tenant's files; returns how many were restored. Fails,
+  // with every problem named, unless options.keep_going; tenants.json is never changed.
+  Result<std::size_t> restore(const RestoreOptions& options);
+  // restore({.keep_going = true}): quarantines rather than refusing to start.
   std::size_t restore();
 
   Result<Tenant*> create(const nlohmann::json& tenant_json);
   Result<Tenant*> update(const nlohmann::json& tenant_json);
-  Status remove(std::string_view name);
+  Status remove(std::string_view name);  // also deletes a quarantined entry
+  // Persists the tenant list with `replacement` in place of its namesake (for changes
+  // that need no admission, e.g. a pod identity); quarantined entries are kept.
+  Status persist_replacing(const TenantSpec& replacement) const;
+
+  const std::vector<InvalidTenantEntry>& quarantined() const { return quarantined_; }
+  // [{"name", "quarantined": true, "reason"}...] for the admin "list".
+  nlohmann::json quarantined_json() const;
 
   Tenant* find(std::string_view name);
   std::vector<Tenant*> all();
@@ -84,11 +106,15 @@ class TenantRegistry {
   Status persist_with(const TenantSpec* replacement, const TenantSpec* added,
                       std::string_view removed) const;
   Result<std::unique_ptr<Tenant>> attach(const TenantSpec& spec);
+  const InvalidTenantEntry* find_quarantined(std::string_view name) const;
+  Status admit_restored(const TenantSpec& spec, const std::vector<const TenantSpec*>& before) const;
+  void quarantine(std::vector<InvalidTenantEntry> entries, bool& backed_up);
 
   RegistryConfig config_;
   const GpuInventory& gpus_;
   StateStore store_;
   std::map<std::string, std::unique_ptr<Tenant>, std::less<>> tenants_;
+  std::vector<InvalidTenantEntry> quarantined_;
 };
 
 }  // namespace fracgpu::broker

@@ -4,7 +4,9 @@
 // quota is readable by all, the ledger by the broker alone). Neither is ever replaced by
 // a new file: processes keep their existing mappings, so a new inode would silently
 // detach them from the broker; the old layout's ledger is moved with rename(2), which
-// keeps the inode.
+// keeps the inode. A ledger found with a bad header is rebuilt from its processes' slots
+// (segment_recovery.h), never zeroed; a quota found bad is re-initialised and then
+// re-published with grants that cover what the tenant already uses.
 #include "core/tenant_segments.h"
 
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <cstring>
 
 #include "core/ledger_ops.h"
+#include "core/segment_recovery.h"
 #include "fracgpu/paths.h"
 #include "fracgpu/protocol.h"
 
@@ -95,17 +98,23 @@ uint64_t kept_grant(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d) 
   return std::clamp(slot.memory_grant.load(), d.memory_request, d.memory_limit);
 }
 
-void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d,
-                    const GpuInfo* gpu) {
+// `fresh_quota`: the quota file was just re-initialised (it was found damaged) while the
+// ledger may still count live usage; the grant then starts at what is used (within the
+// tenant's bounds), so that the processes are not left over their grant.
+void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, const GpuInfo* gpu,
+                    bool fresh_quota) {
   // A GPU already published at this index keeps its grant; anything else starts afresh.
   const bool same_gpu = slot.present == 1 && slot.host_index == d.gpu;
+  const uint64_t fresh_grant = fresh_quota
+                                   ? std::clamp(usage.used.load(), d.memory_request, d.memory_limit)
+                                   : d.memory_request;
   const std::string uuid = gpu ? gpu->uuid : d.uuid;
   std::memset(slot.uuid, 0, sizeof slot.uuid);
   std::memcpy(slot.uuid, uuid.data(), std::min(uuid.size(), sizeof slot.uuid - 1));
   slot.host_index = d.gpu;
   // Order matters for a concurrently reserving process: raise the limit before the
   // grant, and lower the grant (race-safely) before the limit.
-  const uint64_t grant = same_gpu ? kept_grant(slot, usage, d) : d.memory_request;
+  const uint64_t grant = same_gpu ? kept_grant(slot, usage, d) : fresh_grant;
   if (d.memory_limit > slot.memory_limit.load()) slot.memory_limit.store(d.memory_limit);
   if (grant < slot.memory_grant.load()) {
     ledger::lower_grant(slot, usage, grant);
@@ -132,6 +141,8 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
   using R = Result<std::unique_ptr<TenantSegments>>;
   const auto quota_path = dir / protocol::kQuotaFileName;
   const bool migrated = migrate_old_ledger(dir, ledger_path);
+  std::error_code exists_ec;
+  const bool ledger_existed = std::filesystem::exists(ledger_path, exists_ec);
   if (auto s = prepare_file(quota_path, sizeof(TenantQuota), paths::kQuotaMode); !s)
     return R::failure(s.error());
   if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), paths::kLedgerMode); !s)
@@ -157,8 +168,21 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
   seg->quota_ = static_cast<TenantQuota*>(seg->quota_region_.get_address());
   seg->ledger_ = static_cast<TenantLedger*>(seg->ledger_region_.get_address());
   seg->ledger_reused_ = ledger_layout_ok(*seg->ledger_, seg->ledger_region_.get_size());
-  if (!quota_layout_ok(*seg->quota_, seg->quota_region_.get_size())) initialize_quota(*seg->quota_);
-  if (!seg->ledger_reused_) ledger::initialize(*seg->ledger_);
+  if (!quota_layout_ok(*seg->quota_, seg->quota_region_.get_size())) {
+    initialize_quota(*seg->quota_);
+    seg->quota_fresh_ = true;
+  }
+  if (!seg->ledger_reused_ && ledger_existed) {
+    const LedgerRebuild r = rebuild_ledger(*seg->ledger_);
+    seg->ledger_rebuilt_ = true;
+    spdlog::warn(
+        "{}: the ledger header was not valid; rebuilt it from its processes' slots ({} live "
+        "process(es) kept, {} damaged or dead slot(s) cleared{})",
+        ledger_path.string(), r.live_slots, r.cleared_slots,
+        r.settled ? "" : ", counters set from a best-effort sum");
+  } else if (!seg->ledger_reused_) {
+    ledger::initialize(*seg->ledger_);
+  }
   return R(std::move(seg));
 }
 
@@ -181,11 +205,12 @@ void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {
   const std::size_t count = std::min(spec.devices.size(), kMaxDevices);
   for (std::size_t i = 0; i < count; ++i) {
     publish_device(q.devices[i], ledger_->devices[i], spec.devices[i],
-                   gpus.find(spec.devices[i].gpu));
+                   gpus.find(spec.devices[i].gpu), quota_fresh_);
   }
   for (std::size_t i = count; i < kMaxDevices; ++i) q.devices[i].present = 0;
   q.device_count = static_cast<uint32_t>(count);
   q.generation.fetch_add(1);  // publishes everything above to readers polling it
+  quota_fresh_ = false;
 }
 
 }  // namespace fracgpu::broker

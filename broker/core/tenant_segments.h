@@ -5,7 +5,8 @@
 // descriptor, ledger_descriptor()). Re-opening never disturbs a valid ledger: after a
 // broker restart the tenant's processes still have it mapped and keep counting in it,
 // and a ledger of the old layout (<dir>/ledger) is moved by rename, so it stays the same
-// file for the processes that map it.
+// file for the processes that map it. An existing ledger whose header is damaged is
+// rebuilt from its processes' slots rather than zeroed (segment_recovery.h).
 #pragma once
 
 #include <sys/types.h>
@@ -37,6 +38,8 @@ class TenantSegments {
   const TenantLedger& ledger() const { return *ledger_; }
   bool ledger_reused() const { return ledger_reused_; }      // a valid ledger file was found
   bool ledger_migrated() const { return ledger_migrated_; }  // it came from <dir>/ledger
+  // An existing ledger with a bad header, rebuilt from its slots (segment_recovery.h).
+  bool ledger_rebuilt() const { return ledger_rebuilt_; }
 
   // A new descriptor of this ledger file (close-on-exec; the caller owns it), read-write
   // or read-only, for passing to a tenant process; -1 when the file at the ledger path
@@ -56,6 +59,8 @@ class TenantSegments {
   TenantLedger* ledger_ = nullptr;
   bool ledger_reused_ = false;
   bool ledger_migrated_ = false;
+  bool ledger_rebuilt_ = false;
+  bool quota_fresh_ = false;  // re-initialised at open, until the first publish
   std::filesystem::path ledger_path_;
   dev_t ledger_dev_ = 0;
   ino_t ledger_ino_ = 0;

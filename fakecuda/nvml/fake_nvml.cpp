@@ -13,6 +13,7 @@
 // Cost: every query maps nothing new; process queries sweep the process table (one
 // /proc read per live process), like `fakecuda-ctl status`.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -115,6 +116,39 @@ nvml::Return no_processes(Device device, unsigned int* count) {
   return nvml::kSuccess;
 }
 
+// nvmlUtilization_t: percent of the last sample period.
+struct Utilization {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+// Device d's busy time (DeviceRecord::busy_ns, what its engines executed) over the wall
+// time since the previous call for that device, as NVML's "percent of time over the past
+// sample period"; the first call covers the time since the device was first asked about.
+unsigned int busy_percent(fakecuda::SegmentLayout* l, uint32_t d) {
+  struct Last {
+    uint64_t busy_ns = 0;
+    std::chrono::steady_clock::time_point at{};
+    unsigned int percent = 0;
+    bool known = false;
+  };
+  static std::mutex mutex;
+  static Last last[fakecuda::kMaxDevices];
+  std::lock_guard<std::mutex> lock(mutex);
+  const uint64_t busy = l->devices[d].busy_ns.load();
+  const auto now = std::chrono::steady_clock::now();
+  Last& p = last[d];
+  if (p.known) {
+    const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now - p.at).count();
+    if (wall < 1'000'000) return p.percent;  // under 1 ms: the previous figure stands
+    const uint64_t spent = busy >= p.busy_ns ? busy - p.busy_ns : 0;
+    p.percent = static_cast<unsigned int>(
+        std::min<uint64_t>(100, spent * 100 / static_cast<uint64_t>(wall)));
+  }
+  p = Last{busy, now, p.percent, true};
+  return p.percent;
+}
+
 // Used bytes of device d after reclaiming dead processes' memory.
 uint64_t used_bytes(fakecuda::SegmentLayout* l, uint32_t d) {
   fakecuda::ProcessTable(l).sweep_dead();
@@ -211,6 +245,16 @@ int nvmlDeviceGetUUID(Device device, char* uuid, unsigned int length) {
   if (uuid == nullptr) return nvml::kErrorInvalidArgument;
   if (length < text.size() + 1) return nvml::kErrorInsufficientSize;
   std::memcpy(uuid, text.c_str(), text.size() + 1);
+  return nvml::kSuccess;
+}
+
+int nvmlDeviceGetUtilizationRates(Device device, Utilization* utilization) {
+  fakecuda::SegmentLayout* l = nullptr;
+  uint32_t d = 0;
+  if (auto r = resolve(device, l, d); r != nvml::kSuccess) return r;
+  if (utilization == nullptr) return nvml::kErrorInvalidArgument;
+  utilization->gpu = busy_percent(l, d);
+  utilization->memory = 0;  // the simulated GPU has no memory-controller figure
   return nvml::kSuccess;
 }
 

@@ -4,6 +4,9 @@
 // behind everyone already waiting (round-robin). The lock survives SIGKILL: the small
 // guard mutex is a robust process-shared mutex, and an engine whose owner (or a queued
 // waiter) has died is taken back by the next waiter that times out and checks /proc.
+// So is one whose owner is stopped (SIGSTOP): a GPU goes on serving other contexts while a
+// host process is stopped. The stopped party finds out when it runs again (owns() is
+// false) and queues for the engine anew; its stopped time is not charged as busy.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,8 @@ class DeviceEngine {
   // again. Never returns the engine to us while an earlier waiter is still queued.
   void yield_to_waiters();
   bool others_waiting() const;
+  // Still the owner (not taken away while this process was stopped)? Takes the guard.
+  bool owns();
 
  private:
   class GuardLock;

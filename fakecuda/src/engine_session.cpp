@@ -21,6 +21,7 @@ int64_t EngineSession::now() {
 }
 
 void EngineSession::start_holding() {
+  if (holding_ && !engine_.owns()) holding_ = false;  // taken away while we were stopped
   if (!holding_) {
     engine_.acquire();
     holding_ = true;
@@ -45,6 +46,10 @@ void EngineSession::occupy(int64_t duration_ns) {
     int64_t chunk_end = std::min(begin + remaining, slice_start_ns_ + timeslice_ns_);
     enter_chunk();
     sleep_until_precise(chunk_end);
+    if (!engine_.owns()) {  // stopped mid-chunk and the engine went on: run the chunk again
+      holding_ = false;     // (the takeover reset running_chunks)
+      continue;
+    }
     leave_chunk();
     int64_t held = now() - begin;
     charge_busy(held);

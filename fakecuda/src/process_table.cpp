@@ -55,6 +55,12 @@ bool process_alive(int32_t pid, uint64_t start_time) {
   return start && *start == start_time;
 }
 
+bool process_stopped(int32_t pid) {
+  char state = '?';
+  uint64_t start = 0;
+  return pid > 0 && read_proc_stat(pid, state, start) && (state == 'T' || state == 't');
+}
+
 int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time) {
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& record = layout_->processes[i];

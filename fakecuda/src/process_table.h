@@ -22,6 +22,8 @@ std::optional<uint64_t> process_start_time(pid_t pid);
 
 // True while the process that had `pid` at `start_time` is alive (not a zombie).
 bool process_alive(int32_t pid, uint64_t start_time);
+// The process is stopped (SIGSTOP, a debugger: /proc state T or t).
+bool process_stopped(int32_t pid);
 
 class ProcessTable {
  public:

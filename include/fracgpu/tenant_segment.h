@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout 1.3).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.4).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -48,7 +48,9 @@
 //    every live slot that launched during the grant has drained (or died).
 //  * SlotSchedule.waiting counts the process's threads blocked at the gate; the broker
 //    sums live slots only, so waiters of a process that died vanish with its slot.
-//    (DeviceUsage.waiting is kept as a tenant-wide total for monitoring.)
+//    DeviceUsage.waiting is that sum as of the broker's latest scheduling pass, for
+//    monitoring; only the broker writes it (since minor 4; older shims' increments are
+//    overwritten at the next pass).
 //  * Burst guard: a high tenant's process stores the CLOCK_MONOTONIC time of the first
 //    launch after a pause (DeviceUsage.burst_start_ns) and rings the doorbell. When
 //    those bursts come at a regular period, the broker publishes the predicted next
@@ -74,6 +76,19 @@
 //    processes all stayed idle for --swap-idle-after entirely to host.
 //  * A dead process's swapped pages are subtracted from DeviceUsage.swapped by the
 //    broker like its used bytes (its host copies die with it).
+// Liveness (minor 4; docs/design.md "Failing open"):
+//  * TenantQuota.broker_heartbeat: a lease the broker renews (fetch_add) on every
+//    scheduling pass, which runs at least every 250 ms while any thread of any tenant
+//    waits at a gate. A waiting thread that sees it unchanged for GrantGate::kBrokerHungNs
+//    of its own time (a stopped or hung broker, or a segment no broker serves any more)
+//    launches without a grant. 0 = never renewed (a broker of minor < 4): not a lease.
+//    A counter, not a time: the broker's and a pod's clocks need not agree.
+//  * a broker that died is seen sooner, without the lease: its doorbell socket refuses
+//    (ECONNREFUSED/ENOENT), which a waiting thread probes on every wait slice.
+//  * ProcessSlot.gate_progress: bumped (relaxed) by the process's gate threads every
+//    time they wake while waiting. A tenant granted the GPU that neither acknowledges
+//    the grant nor drains is held unresponsive by the broker (stopped, frozen) and not
+//    granted again until the sum of its live slots' gate_progress moves.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -87,7 +102,7 @@ inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" 
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
 inline constexpr uint16_t kSegmentMinor =
-    3;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap
+    4;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -153,7 +168,8 @@ struct TenantQuota {
   std::atomic<uint64_t> generation;  // bumped by the broker after every change
   uint32_t device_count;             // entries of devices[] in use
   uint32_t reserved32;
-  uint64_t reserved[6];
+  std::atomic<uint64_t> broker_heartbeat;  // minor 4: the broker's lease (see "Liveness")
+  uint64_t reserved[5];
   DeviceQuota devices[kMaxDevices];
 };
 
@@ -181,6 +197,8 @@ struct alignas(64) ProcessSlot {
   // Minor 3: CLOCK_MONOTONIC time at which the process's swap thread last saw it touch device
   // memory (0: it has no swappable memory); the broker swaps idle tenants out by it.
   std::atomic<uint64_t> last_active_ns;
+  // Minor 4: counts wake-ups of the process's threads waiting at a launch gate (see "Liveness").
+  std::atomic<uint64_t> gate_progress;
 };
 
 // Minor 2: one process's scheduling handshake on one GPU (written by the process).
@@ -211,6 +229,8 @@ static_assert(sizeof(DeviceUsage) == 64);
 static_assert(sizeof(ProcessSlot) == 192);
 static_assert(offsetof(ProcessSlot, op_seq) == 144);
 static_assert(offsetof(ProcessSlot, last_active_ns) == 152);
+static_assert(offsetof(ProcessSlot, gate_progress) == 160);
+static_assert(offsetof(TenantQuota, broker_heartbeat) == 96);
 static_assert(offsetof(TenantLedger, devices) == 64);
 static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
 static_assert(offsetof(DeviceQuota, grant_word) == 100);

@@ -76,6 +76,7 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
   if (gpu.ready.load(std::memory_order_relaxed)) return;
   gpu.gate.bind(&tenant_.quota()->devices[index], &tenant_.ledger_map()->devices[index],
                 &tenant_.ledger_map()->schedule[tenant_.slot()][index], &doorbell_);
+  gpu.gate.bind_liveness(tenant_.quota(), &tenant_.ledger_map()->processes[tenant_.slot()]);
   pthread_t thread;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

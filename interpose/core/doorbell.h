@@ -5,10 +5,15 @@
 // (a launch that must wait, a drain finished, the first launch after idling), never
 // while a tenant holds the GPU. Addressed by path on every send, so it keeps working
 // across broker restarts; a send never blocks and never raises SIGPIPE.
+// listening() asks, without sending anything, whether a broker is bound to the path: a
+// broker that died leaves the file unbound (ECONNREFUSED) or removed (ENOENT), so a
+// waiting launch sees its death with one connect() (~2 us), never on the fast path.
 #pragma once
 
 #include <atomic>
 #include <string>
+
+struct sockaddr_un;
 
 namespace fracgpu {
 
@@ -26,10 +31,17 @@ class Doorbell {
   // False when nobody listens (no broker bound to the path); true when delivered or
   // when the broker's queue is merely full (it is awake and will look anyway).
   bool ring() noexcept;
+  // False when nobody is bound to the path (the broker died or is not there yet). Sends
+  // nothing, so the broker does not wake for it.
+  bool listening() noexcept;
 
  private:
+  int socket_in(std::atomic<int>& slot) noexcept;  // created on first use
+  bool address(::sockaddr_un* out) const noexcept;
+
   std::string path_;
   std::atomic<int> fd_{-1};
+  std::atomic<int> probe_fd_{-1};  // connect()ed to probe; a separate descriptor from fd_
 };
 
 }  // namespace fracgpu

@@ -8,7 +8,6 @@
 namespace fracgpu {
 namespace {
 
-constexpr int64_t kWaitSliceNs = 50'000'000;  // re-check the broker's liveness this often
 constexpr int64_t kReringNs =
     200'000'000;  // ring again while still waiting (lost datagram, new broker)
 
@@ -45,35 +44,49 @@ void GrantGate::pass_slow(CaptureProbe probe, void* probe_context, bool* new_epo
   }
 }
 
+uint64_t GrantGate::lease() const noexcept {
+  if (tenant_ == nullptr || tenant_->minor < 4) return 0;
+  return tenant_->broker_heartbeat.load(std::memory_order_acquire);
+}
+
+// Sleeps in kWaitSliceNs slices until granted. Every wake-up counts as progress and looks
+// at the broker: its doorbell (dead?) and its lease (stopped or hung?). A word that moved
+// while ungranted (a grant this thread slept through, a new broker) rings at once.
 bool GrantGate::wait_for_grant(uint32_t word) noexcept {
   slot_->waiting.fetch_add(1, std::memory_order_seq_cst);
-  usage_->waiting.fetch_add(1, std::memory_order_relaxed);
+  note_progress();
   bool reachable = doorbell_->ring();
   int64_t now = monotonic_ns();
   int64_t last_ring = now;
-  int64_t unreachable_since = reachable ? 0 : now;
-  while ((word & kGrantGranted) == 0) {
+  uint64_t lease_seen = lease();
+  int64_t lease_renewed_at = now;
+  bool hung = false;
+  while (reachable && (word & kGrantGranted) == 0) {
     futex_wait_for(quota_->grant_word, word, kWaitSliceNs);
+    const uint32_t previous = word;
     word = quota_->grant_word.load(std::memory_order_acquire);
     if ((word & kGrantGranted) != 0) break;
+    note_progress();
     now = monotonic_ns();
-    if (now - last_ring >= kReringNs) {
+    if (word != previous || now - last_ring >= kReringNs) {
       last_ring = now;
       reachable = doorbell_->ring();
-      if (reachable)
-        unreachable_since = 0;
-      else if (unreachable_since == 0)
-        unreachable_since = now;
+    } else {
+      reachable = doorbell_->listening();
     }
-    if (unreachable_since != 0 && now - unreachable_since >= kBrokerGoneNs) {
-      FRACGPU_LOG_CAPPED(
-          LogLevel::kWarn, 4,
-          "the fracgpu broker does not answer at %s; launching without a compute grant",
-          doorbell_->path().c_str());
+    const uint64_t lease_now = lease();
+    if (lease_now != lease_seen) {
+      lease_seen = lease_now;
+      lease_renewed_at = now;
+    } else if (lease_now != 0 && now - lease_renewed_at >= kBrokerHungNs) {
+      hung = true;
       break;
     }
   }
-  usage_->waiting.fetch_sub(1, std::memory_order_relaxed);
+  if (!reachable || hung)
+    FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
+                       "the fracgpu broker at %s %s; launching without a compute grant",
+                       doorbell_->path().c_str(), hung ? "stopped renewing its lease" : "is gone");
   slot_->waiting.fetch_sub(1, std::memory_order_seq_cst);
   return (word & kGrantGranted) != 0;
 }

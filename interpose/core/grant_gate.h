@@ -7,9 +7,13 @@
 //    when the broker asked to be told (kGrantNotify);
 //  * not granted: count itself in DeviceUsage::waiting, ring the doorbell and sleep on
 //    the futex until granted. Launches into a capturing stream pass (they do not run).
-// If the broker is gone (the doorbell has nobody behind it) for kBrokerGoneNs, waiting
-// launches pass rather than hang the application: memory caps stay enforced by the
-// ledger; compute is then unscheduled until a broker answers again.
+// Failing open (tenant_segment.h, "Liveness"): a waiting launch passes rather than hang
+// the application when the broker died (its doorbell refuses; probed once per wait
+// slice, so seen within kWaitSliceNs) or stopped renewing its lease for kBrokerHungNs
+// (stopped, hung, or no broker serves this segment any more). Memory caps stay enforced
+// by the ledger; compute is then unscheduled until a broker publishes a new word, whose
+// first change brings the gate back. A waiting thread bumps its process's gate_progress
+// on every wake-up: that is how the broker tells a stopped process from a live one.
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,12 @@ class GrantGate {
     slot_ = slot;
     doorbell_ = doorbell;
     seen_.store(0, std::memory_order_relaxed);
+  }
+  // Optional (the process's gate then takes part in liveness, tenant_segment.h): the
+  // broker's lease in the quota header and this process's slot.
+  void bind_liveness(const TenantQuota* tenant, ProcessSlot* process) noexcept {
+    tenant_ = tenant;
+    process_ = process;
   }
   bool bound() const noexcept { return quota_ != nullptr; }
 
@@ -63,16 +73,23 @@ class GrantGate {
                static_cast<uint32_t>(PriorityClass::kHigh);
   }
 
-  static constexpr int64_t kBrokerGoneNs = 2'000'000'000;
+  static constexpr int64_t kWaitSliceNs = 20'000'000;  // a waiter looks at the broker this often
+  static constexpr int64_t kBrokerHungNs = 1'000'000'000;  // lease not renewed this long: fail open
 
  private:
   bool acknowledge(uint32_t word) noexcept;
   bool wait_for_grant(uint32_t word) noexcept;  // false: broker gone
+  void note_progress() noexcept {
+    if (process_ != nullptr) process_->gate_progress.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t lease() const noexcept;  // 0: no lease to watch
 
   const DeviceQuota* quota_ = nullptr;
   DeviceUsage* usage_ = nullptr;
   SlotSchedule* slot_ = nullptr;
   Doorbell* doorbell_ = nullptr;
+  const TenantQuota* tenant_ = nullptr;
+  ProcessSlot* process_ = nullptr;
   std::atomic<uint32_t> seen_{0};  // the granted word this process last acknowledged
 };
 

@@ -104,6 +104,26 @@ TEST_F(Enforcer, LowerClassesMoveFirst) {
   EXPECT_EQ(normal.q().resident_target.load(), 5 * kGiB) << "the normal one only the rest";
 }
 
+// Within a class the least recently active borrower gives first, whatever its size: the
+// busy one keeps its memory on the GPU.
+TEST_F(Enforcer, TheLeastRecentlyActiveOfAClassMovesFirst) {
+  MemoryTenant busy{"busy", 0, 16 * kGiB, 0};
+  busy.q().swap_policy = kSwapAllow;
+  busy.q().priority = static_cast<uint32_t>(PriorityClass::kLow);
+  busy.q().resident_target = kNoResidentTarget;
+  borrower.release(8 * kGiB);  // the quiet one holds 4, the busy one 6
+  borrower.q().memory_grant = 4 * kGiB;
+  busy.q().memory_grant = 6 * kGiB;
+  ASSERT_TRUE(busy.reserve(6 * kGiB));
+  borrower.ledger->processes[borrower.slot].last_active_ns = 1 * kSecond;
+  busy.ledger->processes[busy.slot].last_active_ns = 9 * kSecond;
+  admitted = true;  // 8 may be borrowed, 10 are: 2 GiB must move
+  std::vector<ArbiterMember> v = {busy.member(), borrower.member(), guaranteed.member()};
+  enforcer.tick(v, arbiter, 10 * kSecond);
+  EXPECT_EQ(borrower.q().resident_target.load(), 2 * kGiB) << "the quiet one moves";
+  EXPECT_EQ(busy.q().resident_target.load(), kNoResidentTarget) << "the busy one stays";
+}
+
 TEST_F(Enforcer, ABorrowerThatMayNotSwapIsReportedAndKilledOnlyWhenAsked) {
   borrower.q().swap_policy = kSwapNever;
   admitted = true;

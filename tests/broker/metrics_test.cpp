@@ -310,6 +310,41 @@ TEST(MetricsExposition, HandMadeSnapshotRoundTrips) {
   EXPECT_TRUE(e.samples("fracgpu_audit_violations_total").empty()) << "no audit, no series";
 }
 
+// The server's cache (ExpositionCache) must never change a byte: its text is
+// TextSerializer's for the same families, whatever changed between two scrapes.
+TEST(MetricsExposition, TheCachedExpositionIsTextSerializersExactly) {
+  MetricsSnapshot s;
+  s.version = "9.9.9";
+  for (int i = 0; i < 6; ++i) {
+    TenantGpuMetrics t;
+    t.labels = {"t" + std::to_string(i), static_cast<uint32_t>(i % 2), "GPU-x", {"ns", "p", "c"}};
+    t.memory_limit = kGiB;
+    t.memory_used = 64 * kMiB * static_cast<uint64_t>(i);
+    if (i % 2 == 0) t.compute = ComputeStatus{"idle", 0.0, 1.5, 0.5};
+    s.tenants.push_back(t);
+  }
+  s.violations.push_back({1, 1, "GPU-x", ViolationKind::kLedger, 2});
+  GpuMetrics g;
+  g.uuid = "GPU-x";
+  g.compute.grant_waits.observe(50'000);
+  s.gpus.push_back(g);
+  ExpositionCache cache;
+  EXPECT_EQ(render_metrics(s, cache), render_metrics(s)) << "first scrape";
+  EXPECT_EQ(render_metrics(s, cache), render_metrics(s)) << "nothing changed";
+  EXPECT_GT(cache.reused(), 0u);
+  s.tenants[2].memory_used += 4096;
+  s.tenants[4].compute->gpu_seconds += 1;
+  s.tenants[3].labels.pod.pod = "q\"uoted";
+  s.gpus[0].compute.grant_waits.observe(20'000'000);
+  EXPECT_EQ(render_metrics(s, cache), render_metrics(s)) << "values and a label changed";
+  s.tenants.erase(s.tenants.begin() + 1);  // its violation goes with it
+  s.violations.clear();
+  EXPECT_EQ(render_metrics(s, cache), render_metrics(s)) << "a tenant deleted";
+  const std::string text = render_metrics(s, cache);
+  EXPECT_EQ(text.find("t1\""), std::string::npos) << "the deleted tenant's series are gone";
+  EXPECT_EQ(text.find("fracgpu_audit_violations_total"), std::string::npos);
+}
+
 // promtool is Debian's "prometheus" package; its lint is what Prometheus users run.
 TEST_F(Metrics, PromtoolAcceptsTheExposition) {
   const std::string promtool = FRACGPU_PROMTOOL;  // found by CMake, else the bare name

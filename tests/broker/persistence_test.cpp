@@ -57,17 +57,24 @@ TEST_F(Persistence, StateStoreRoundTrip) {
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(store.save({&*a, &*b}).ok());
   const auto loaded = store.load();
-  ASSERT_EQ(loaded.size(), 2u);
-  EXPECT_EQ(loaded[0], *a);
-  EXPECT_EQ(loaded[1], *b);
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  ASSERT_EQ(loaded->specs.size(), 2u);
+  EXPECT_EQ(loaded->specs[0], *a);
+  EXPECT_EQ(loaded->specs[1], *b);
+  EXPECT_TRUE(loaded->invalid.empty());
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "tenants.json.tmp"));
 }
 
-TEST_F(Persistence, CorruptStateIsMovedAsideNotFatal) {
+// A damaged file is reported and left exactly where it is: moving it aside would let the
+// next admin change write a list without its tenants (state_recovery_test.cpp has more).
+TEST_F(Persistence, CorruptStateIsReportedAndLeftInPlace) {
   StateStore store(dir.path());
   std::ofstream(store.file()) << "{not json";
-  EXPECT_TRUE(store.load().empty());
-  EXPECT_TRUE(std::filesystem::exists(store.file().string() + ".bad"));
+  const auto loaded = store.load();
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().find(store.file().string()), std::string::npos) << loaded.error();
+  EXPECT_TRUE(std::filesystem::exists(store.file()));
+  EXPECT_FALSE(std::filesystem::exists(store.file().string() + ".bad"));
 }
 
 TEST_F(Persistence, RegistryCreatesFilesWithModes) {

@@ -1,7 +1,7 @@
 // The shim's compute gate and in-flight limiter (interpose/core), driven directly:
 // a granted word passes without touching shared memory; a revoked one blocks until
 // granted (futex), counts the thread as waiting in its slot, passes captured launches
-// and gives up on a broker that is gone; the limiter learns GPU time per launch from
+// and passes at once when the broker is gone; the limiter learns GPU time per launch from
 // fence events and holds a launching thread while more than its bound is queued.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -109,8 +109,7 @@ TEST_F(GateFixture, BrokerGoneLetsLaunchesPassAndSaysSo) {
   bool new_epoch = false;
   gate.pass_slow(nullptr, nullptr, &new_epoch);
   const auto waited = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(waited, std::chrono::milliseconds(1900));
-  EXPECT_LT(waited, std::chrono::milliseconds(4000));
+  EXPECT_LT(waited, std::chrono::milliseconds(100));  // the doorbell refuses: no wait at all
   EXPECT_TRUE(gate.unchanged());  // later launches pass until a broker publishes again
 }
 

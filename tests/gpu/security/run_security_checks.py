@@ -39,6 +39,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+from gpubench import NodeBroker, child_env, killgroup, last_json, tail  # noqa: E402  (shared with bench/gpu)
+
 CLIENTS = os.path.join(REPO, "tests", "gpu", "clients")
 COMPUTE = os.path.join(REPO, "tests", "gpu", "compute")
 REAL_DRIVER = "/usr/local/nvidia/lib64/libcuda.so.1"
@@ -60,8 +63,9 @@ class Batch:
         self.state_dir = os.path.join(self.work, "s")
         self.logs = os.path.join(self.work, "logs")
         os.makedirs(self.logs)
-        self.broker = None
-        self.broker_n = 0
+        # One node broker, restarted with each phase's flags (gpubench.NodeBroker: logs brokerN.log).
+        self.broker = NodeBroker(self.fracgpu, self.run_dir, self.state_dir, self.logs,
+                                 env=self.env(), deps=self.deps)
         self.rows = []  # (phase, check, result, figure)
         self.data = {}
         self.users = []
@@ -75,10 +79,7 @@ class Batch:
         return self.deadline - time.time()
 
     def env(self, extra=None, deps=False):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("FRACGPU_", "CUDA_MPS_")) and k != "LD_PRELOAD"}
-        env["PYTHONUNBUFFERED"] = "1"
-        env["FRACGPU_SHIM"] = self.shim
+        env = child_env({"FRACGPU_SHIM": self.shim})
         if deps:
             env["LD_LIBRARY_PATH"] = self.deps + (":" + env["LD_LIBRARY_PATH"]
                                                    if env.get("LD_LIBRARY_PATH") else "")
@@ -111,30 +112,11 @@ class Batch:
         return (t or {}).get("violations", {}).get("total", 0)
 
     def start_broker(self, *flags):
-        self.stop_broker()
-        self.broker_n += 1
-        log = open(os.path.join(self.logs, f"broker{self.broker_n}.err"), "w")
-        self.broker = subprocess.Popen(
-            [self.fracgpu, "--run-dir", self.run_dir, "broker", "--state-dir", self.state_dir,
-             *flags], env=self.env(deps=True), stdout=log, stderr=log, start_new_session=True)
-        for _ in range(300):
-            if self.broker.poll() is not None:
-                raise RuntimeError(f"broker {self.broker_n} exited: {tail(log.name)}")
-            if self.cli("tenant", "list").returncode == 0:
-                self.say(f"broker {self.broker_n} up (pid {self.broker.pid}) {' '.join(flags)}")
-                return
-            time.sleep(0.2)
-        raise RuntimeError("the broker did not come up")
+        self.broker.start(*flags)
+        self.say(f"broker {self.broker.starts} up (pid {self.broker.pid}) {' '.join(flags)}")
 
     def stop_broker(self):
-        if self.broker and self.broker.poll() is None:
-            self.broker.terminate()
-            try:
-                self.broker.wait(10)
-            except subprocess.TimeoutExpired:
-                self.broker.kill()
-                self.broker.wait()
-        self.broker = None
+        self.broker.stop()
 
     def spawn(self, tag, cmd, env=None, user=None):
         out = open(os.path.join(self.logs, tag + ".out"), "w")
@@ -160,11 +142,7 @@ class Batch:
         return p.returncode
 
     def last_json(self, tag):
-        try:
-            lines = [l for l in open(os.path.join(self.logs, tag + ".out")) if l.startswith("{")]
-            return json.loads(lines[-1]) if lines else {}
-        except (OSError, ValueError):
-            return {}
+        return last_json(os.path.join(self.logs, tag + ".out"))
 
     def competitor(self, tag, seconds):
         return self.run_tenant(tag, ["--memory", "24GiB", "--compute", "50"],
@@ -178,19 +156,9 @@ class Batch:
     def stop_all(self):
         for p in self.procs:
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+                killgroup(p.pid, grace=0)
+            p.wait()
         self.procs = []
-
-
-def tail(path, n=3):
-    try:
-        return " ".join(open(path).read().splitlines()[-n:])
-    except OSError:
-        return ""
 
 
 def read_line_with_timeout(path, key, limit):

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""fracgpu benchmark suite (bench/gpu/run.sh): fracgpu side by side with native time slicing,
+NVIDIA MPS and (given its libvgpu.so) HAMi-core, on any NVIDIA GPU or on fracgpu's simulated
+GPU, in one run with a time budget. See bench/gpu/README.md for what each phase measures.
+
+    bench/gpu/run.sh [--quick] [--only "overhead shares ..."] [--hami PATH] [--build DIR]
+        [--out DIR] [--budget S] [--client PATH] [--gpu real|sim|auto] [--backend auto|driver]
+
+This file is the harness: the budget, progress lines, tenant groups started together behind a
+barrier, the alone references, and the phase loop (a phase that fails is recorded and the run
+goes on). The phases are in phases_throughput.py, phases_latency.py and phases_system.py;
+results.json, the CSV, the table and the plots come from report.py and plots.py.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+sys.path.insert(0, HERE)
+
+from gpubench import Mps, NodeBroker, Platform, Proc, Records, run  # noqa: E402
+from gpubench.procs import child_env  # noqa: E402
+from workloads import Workloads  # noqa: E402
+
+PHASE_ORDER = ["overhead", "shares", "conserve", "ceilings", "latency", "memory", "faults"]
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.t0 = time.time()
+        self.deadline = self.t0 + args.budget
+        self.out = os.path.abspath(args.out)
+        os.makedirs(self.out, exist_ok=True)
+        self.work = tempfile.mkdtemp(prefix="fgb.", dir="/tmp")  # short: sockets live under it
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs)
+        self.pf = Platform(args.build, self.work, kind=args.gpu)
+        self.sim = self.pf.sim
+        self.client = self.find_client()
+        self.torch_ok = (not self.sim) and args.backend != "driver" and self.probe_torch()
+        self.wl = Workloads(self.client, self.sim, self.torch_ok, args.backend, python=args.python)
+        self.broker = NodeBroker(self.pf.fracgpu, os.path.join(self.work, "r"), os.path.join(self.work, "s"),
+                                 self.logs, env=self.pf.broker_env(), deps=self.pf.deps,
+                                 flags=self.pf.broker_flags() + self.metrics_flags())
+        self.recorder = self.start_recorder()
+        self.mps = Mps(self.work, self.pf.base_env())
+        self.hami = os.path.abspath(args.hami) if args.hami else None
+        self.rec = Records()
+        self.series = {"shares": {}, "latency": {}, "overhead": {}}
+        self.live = []
+        self.tenants = []
+        self.alone = {}
+        self.seq = 0
+        self.last_witness = None
+        self.mps_failed = False
+        # Window lengths: shares and references; the simulated GPU in CI gets short ones.
+        self.win = args.window or (1.5 if self.sim and self.quick else 2.5 if self.quick else 4.0)
+        self.mem_cap = "2GiB" if self.sim else "24GiB"
+
+    # ------------------------------------------------------------ metrics recording
+    def metrics_flags(self):
+        port = self.args.metrics_port
+        return ["--metrics-listen", "127.0.0.1:%d" % port] if port else []
+
+    def start_recorder(self):
+        """--metrics-port: every broker of the run serves /metrics there and
+        tools/metrics_recorder.py keeps one scrape a second in logs/metrics.jsonl of the archive (the
+        dashboard is rendered from it afterwards, where a Prometheus runs)."""
+        if not self.args.metrics_port:
+            return None
+        return subprocess.Popen(
+            [sys.executable, os.path.join(REPO, "tools", "metrics_recorder.py"), "record", "--url",
+             "http://127.0.0.1:%d/metrics" % self.args.metrics_port, "--out",
+             os.path.join(self.logs, "metrics.jsonl"), "--interval", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def stop_recorder(self):
+        if self.recorder is not None and self.recorder.poll() is None:
+            self.recorder.terminate()
+            try:
+                self.recorder.wait(10)
+            except subprocess.TimeoutExpired:
+                self.recorder.kill()
+
+    # ------------------------------------------------------------ basics
+    def say(self, text):
+        print("[bench %4ds/%ds] %s" % (time.time() - self.t0, self.args.budget, text), file=sys.stderr, flush=True)
+
+    def left(self):
+        return self.deadline - time.time()
+
+    def find_client(self):
+        for p in (self.args.client, os.path.join(self.pf.build, "bin", "fracgpu-bench-client")):
+            if p and os.access(p, os.X_OK):
+                return os.path.abspath(p)
+        # Not packed: build it here (g++ and cuda.h are on the GPU machine; no driver at link time).
+        dst = os.path.join(self.work, "fracgpu-bench-client")
+        inc = next((d for d in ("/usr/local/cuda/include", "/usr/include") if os.path.exists(os.path.join(d, "cuda.h"))), None)
+        rc, _, err = run(["g++", "-std=c++20", "-O2", "-I" + (inc or "/usr/local/cuda/include"),
+                          os.path.join(HERE, "clients", "bench_client.cpp"), "-ldl", "-o", dst], child_env(), 240)
+        if rc != 0:
+            raise RuntimeError("no fracgpu-bench-client and building it failed: %s" % err[-300:])
+        self.say("built fracgpu-bench-client from source (%s)" % dst)
+        return dst
+
+    def probe_torch(self):
+        rc, out, _ = run([self.args.python, "-c", "import torch; print(torch.cuda.is_available())"], self.pf.base_env(), 120)
+        return rc == 0 and out.strip().endswith("True")
+
+    def limit(self, seconds):
+        """A process's hard limit: its work plus start-up, never past the budget."""
+        startup = 90 if self.torch_ok else 30
+        return max(5.0, min(seconds + startup, self.left() - 5))
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    # ------------------------------------------------------------ tenants and processes
+    def tenant(self, name, *flags, memory=None, request="0"):
+        """A fracgpu tenant of the node broker (started if needed); returns its socket."""
+        self.broker.ensure()
+        self.broker.delete_tenant(name)
+        sock = self.broker.create_tenant(name, "--memory", memory or self.mem_cap, "--memory-request", request,
+                                         *flags)
+        self.tenants.append(name)
+        return sock
+
+    def env_for(self, spec):
+        mode = spec.get("mode", "native")
+        if mode == "frac":
+            sock = self.tenant(spec["tag"], *spec.get("frac", []), memory=spec.get("memory"))
+            return self.pf.env(mode, socket=sock)
+        if mode == "mps":
+            return self.pf.env(mode, mps=self.mps, percent=spec.get("pct"))
+        if mode == "hami":
+            return self.pf.env(mode, hami=self.hami, percent=spec.get("pct"), memory="24g")
+        return self.pf.env("native")
+
+    def spawn(self, tag, cmd, env, seconds):
+        self.seq += 1
+        p = Proc("%03d-%s" % (self.seq, tag), cmd, env, self.logs, self.limit(seconds))
+        self.live.append(p)
+        return p
+
+    def finish(self, procs, limit=None):
+        """Waits for procs (their own limits, or `limit`), returns their JSON results."""
+        out = []
+        for p in procs:
+            rc = p.wait(limit)
+            r = p.json()
+            if rc != 0 or not r.get("ok"):
+                r.setdefault("ok", False)
+                r.setdefault("error", "rc %s: %s" % (rc, p.err_tail()))
+                self.say("  %s failed: %s" % (p.tag, r["error"][:200]))
+            r["rc"] = rc
+            r["os_pid"] = p.pid
+            out.append(r)
+            p.stop(1)
+        return out
+
+    def cleanup_group(self):
+        for p in self.live:
+            p.stop(1)
+        self.live = []
+        for name in self.tenants:
+            if self.broker.running():
+                self.broker.delete_tenant(name)
+        self.tenants = []
+
+    def group(self, specs, seconds, during=None, ready_limit=None, witness=False):
+        """Starts every spec (dict: tag, kind, mode, frac flags / pct, extra args), releases
+        them together once all are ready, calls during(procs) if given, and returns the
+        results in order. A spec with "stop" set gets the group's stop file."""
+        gid = self.seq + 1
+        barrier, stop = self.path("go.%d" % gid), self.path("stop.%d" % gid)
+        procs = []
+        for s in specs:
+            ready = self.path("ready.%d.%s" % (gid, s["tag"]))
+            out = self.path("res.%d.%s.json" % (gid, s["tag"]))
+            cmd = self.wl.command(s["kind"], s.get("seconds", seconds), out, s["tag"], ready=ready, barrier=barrier,
+                                  stop_file=stop if s.get("stop") else "", extra=s.get("extra", ()),
+                                  driver=s.get("driver", False))
+            p = self.spawn(s["tag"], cmd, self.env_for(s), s.get("seconds", seconds))
+            p.ready = ready
+            procs.append(p)
+        end = time.time() + (ready_limit or (120 if self.torch_ok else 30))
+        while time.time() < end and not all(os.path.exists(p.ready) or not p.running() for p in procs):
+            time.sleep(0.02)
+        self.last_witness = self.pf.witness() if witness else None
+        open(barrier, "w").close()
+        try:
+            if during is not None:
+                during(procs, stop)
+            res = self.finish(procs)
+        finally:
+            if self.last_witness is not None:
+                self.last_witness.stop()
+        self.cleanup_group()
+        return res
+
+    def alone_rate(self, kind, driver=False):
+        """Units/s of `kind` alone, natively (cached): the reference of every share."""
+        key = (kind, self.wl.impl(kind, driver))
+        if key not in self.alone:
+            (r,) = self.group([{"tag": "alone-" + kind, "kind": kind, "mode": "native", "driver": driver}], self.win)
+            self.alone[key] = r.get("rate") if r.get("ok") else None
+            self.rec.add("alone", kind=kind, impl=key[1], rate=self.alone[key], unit=r.get("unit"),
+                         seconds=r.get("seconds"), error=r.get("error"))
+        return self.alone[key]
+
+    def modes(self):
+        """The ways of sharing this run compares: native and fracgpu always, MPS where its
+        daemon runs, HAMi-core where --hami was given; skips recorded once."""
+        return [m for m in ("native", "mps", "frac", "hami") if self.mode_ok(m)]
+
+    def mode_ok(self, mode):
+        if mode == "mps":  # started when a phase first asks, quit when that phase ends
+            if self.sim or self.mps_failed:
+                return False
+            if not self.mps.started:
+                if self.mps.start():
+                    self.say("  MPS control daemon started (%s)" % self.mps.pipe)
+                else:
+                    self.mps_failed = True
+                    self.rec.note("MPS skipped: %s" % self.mps.why_not)
+            return self.mps.started
+        if mode == "hami":
+            return bool(self.hami) and os.path.exists(self.hami)
+        return True
+
+    # ------------------------------------------------------------ phases
+    def run_phases(self, phases):
+        import phases_latency
+        import phases_system
+        import phases_throughput
+        table = {**phases_throughput.PHASES, **phases_latency.PHASES, **phases_system.PHASES}
+        if self.sim:
+            self.rec.note("MPS skipped: the simulated GPU has no MPS")
+        if not self.hami:
+            self.rec.note("HAMi-core skipped: no --hami PATH")
+        elif self.sim:
+            self.rec.note("HAMi-core skipped: not on the simulated GPU")
+            self.hami = None
+        for i, name in enumerate(phases):
+            fn, est_full, est_quick = table[name]
+            est = est_quick if self.quick else est_full
+            t = time.time()
+            if self.left() < min(est, 30) + 15:
+                self.say("== [%d/%d] %s: SKIPPED (%.0f s left, needs ~%d s)" % (i + 1, len(phases), name, self.left(), est))
+                self.rec.phase(name, "skipped", 0, "time budget")
+                continue
+            self.say("== [%d/%d] %s (~%d s, %.0f s left)" % (i + 1, len(phases), name, est, self.left()))
+            try:
+                fn(self)
+                self.rec.phase(name, "ok", time.time() - t)
+            except Exception as e:  # noqa: BLE001 - one phase's failure is recorded, not fatal
+                self.say("  %s FAILED: %s: %s" % (name, type(e).__name__, e))
+                self.rec.phase(name, "failed", time.time() - t, "%s: %s\n%s" % (
+                    type(e).__name__, e, traceback.format_exc()[-1500:]))
+            finally:
+                self.cleanup_group()
+                self.mps.stop()  # no MPS server left running into the next phase
+            self.say("   %s done in %.1f s" % (name, time.time() - t))
+
+    def close(self):
+        self.stop_recorder()
+        self.cleanup_group()
+        self.mps.stop()
+        self.broker.stop()
+        self.pf.cleanup()
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short windows and fewer runs (~4 min on a GPU)")
+    ap.add_argument("--only", default="", help="phases to run, of: " + " ".join(PHASE_ORDER))
+    ap.add_argument("--hami", default="", help="path of HAMi-core's libvgpu.so: compare it too")
+    ap.add_argument("--build", default=os.environ.get("B_BUILD", os.path.join(REPO, "devrun")),
+                    help="build tree or tools/pack_devrun.sh tree (default devrun)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/fracgpu-bench-out"))
+    ap.add_argument("--metrics-port", type=int, default=0,
+                    help="brokers serve /metrics on this port; logs/metrics.jsonl in the archive records it each second")
+    ap.add_argument("--budget", type=float, default=0, help="seconds (default 540, --quick 240)")
+    ap.add_argument("--client", default="", help="fracgpu-bench-client (default BUILD/bin, else built here)")
+    ap.add_argument("--gpu", choices=["auto", "real", "sim"], default="auto")
+    ap.add_argument("--backend", choices=["auto", "driver"], default="auto",
+                    help="driver: the driver-API client for every workload, even where PyTorch is there")
+    ap.add_argument("--window", type=float, default=0, help="measurement window of the share phases (s)")
+    ap.add_argument("--keep-work", action="store_true", help="keep the work directory (/tmp/fgb.*)")
+    ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
+    args = ap.parse_args(argv)
+    args.budget = args.budget or (240 if args.quick else 540)
+    only = args.only.replace(",", " ").split()
+    bad = [p for p in only if p not in PHASE_ORDER]
+    if bad:
+        ap.error("unknown phase(s) %s; phases: %s" % (" ".join(bad), " ".join(PHASE_ORDER)))
+    args.phases = [p for p in PHASE_ORDER if not only or p in only]
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    b = Bench(args)
+    b.say("fracgpu bench: %s GPU, build %s, client %s, %s workloads, out %s, budget %d s" % (
+        "simulated" if b.sim else "real", b.pf.build, b.client, "PyTorch" if b.torch_ok else "driver-API",
+        b.out, args.budget))
+    signal.signal(signal.SIGTERM, _interrupted)
+    machine = {}
+    try:
+        machine = b.pf.machine()
+        b.run_phases(args.phases)
+        machine["clocks_end"] = b.pf.machine().get("clocks")
+    except KeyboardInterrupt:
+        b.rec.note("interrupted")
+    finally:
+        b.close()
+    import report
+    ok = report.write(b, machine)
+    b.say("done in %.0f s: %s" % (time.time() - b.t0, b.out))
+    if args.keep_work:
+        b.say("work directory kept: %s" % b.work)
+    else:
+        shutil.rmtree(b.work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _interrupted(*_):
+    raise KeyboardInterrupt()
+
+
+def archive(b, names):
+    """DIR/bench.tar.gz: the outputs and every log (the GPU machine returns few files)."""
+    path = os.path.join(b.out, "bench.tar.gz")
+    with tarfile.open(path, "w:gz") as tar:
+        for n in names:
+            p = os.path.join(b.out, n)
+            if os.path.exists(p):
+                tar.add(p, arcname="bench/" + n)
+        tar.add(b.logs, arcname="bench/logs")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

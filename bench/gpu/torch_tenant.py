@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The benchmark's PyTorch tenants (real GPU): the same protocol and JSON as
+fracgpu-bench-client's throughput modes (--ready, --barrier, --stop-file, --out; samples
+[t, units] at each synchronisation, wall clock), so that the phases treat both alike.
+
+    torch_tenant.py MODE [--seconds S] [--sync-every K] [--warmup-ms W] [--period-ms P]
+        [--barrier F] [--ready F] [--stop-file F] [--out F] [--tag T]
+
+MODE: matmul (compute-bound: bf16 8192^2 matmuls), copy (memory-bound: 1 GiB device copies),
+train (a training step of a 4096-wide 4-layer MLP: forward, backward, SGD), decode (an
+inference decode loop: one token of a 4096-wide 8-layer bf16 MLP per step, synchronised every
+token like a serving loop), eager (small-op loop: 64 tiny elementwise ops per sync; the unit
+is one op), graph (the train forward captured in a CUDA graph, replayed), onoff (matmul on
+for --period-ms, then idle as long). Exit 0 when it measured, 1 on error ({"ok": false}).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["matmul", "copy", "train", "decode", "eager", "graph", "onoff"])
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--sync-every", type=int, default=0, help="units per synchronisation (default per mode)")
+    p.add_argument("--warmup-ms", type=float, default=500)
+    p.add_argument("--period-ms", type=float, default=100)
+    for f in ("--barrier", "--ready", "--stop-file", "--out", "--tag"):
+        p.add_argument(f, default="")
+    return p.parse_args()
+
+
+def touch(path):
+    if path:
+        open(path, "w").close()
+
+
+def emit(args, obj):
+    obj.update({"mode": args.mode, "tag": args.tag, "pid": os.getpid()})
+    line = json.dumps(obj)
+    if args.out:
+        tmp = "%s.tmp.%d" % (args.out, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(line + "\n")
+        os.replace(tmp, args.out)
+    print(line, flush=True)
+
+
+def make_unit(torch, mode):
+    """(unit function, units per sync, unit name)."""
+    dev = torch.device("cuda", 0)
+    bf = torch.bfloat16
+    if mode in ("matmul", "onoff"):
+        a = torch.randn(8192, 8192, device=dev, dtype=bf)
+        b = torch.randn(8192, 8192, device=dev, dtype=bf)
+        c = torch.empty_like(a)
+        return (lambda: torch.matmul(a, b, out=c)), 8, "matmul"
+    if mode == "copy":
+        src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+        dst = torch.empty_like(src)
+        return (lambda: dst.copy_(src)), 8, "copy"
+    if mode == "eager":
+        x = torch.ones(256, device=dev)
+        return (lambda: x.add_(1e-7)), 64, "op"
+    if mode == "decode":
+        ws = [torch.randn(4096, 4096, device=dev, dtype=bf) / 64 for _ in range(8)]
+        h = torch.randn(1, 4096, device=dev, dtype=bf)
+
+        def token():
+            y = h
+            for w in ws:
+                y = torch.nn.functional.gelu(y @ w)
+            h.copy_(y)
+        return token, 1, "token"
+    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(4096, 4096), torch.nn.GELU())]).to(dev)
+    x = torch.randn(512, 4096, device=dev)
+    if mode == "train":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model(x).float().pow(2).mean().backward()
+            opt.step()
+        return step, 2, "step"
+    # graph: the forward pass captured once, replayed
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            model(x)
+    return g.replay, 4, "replay"
+
+
+def measure(args):
+    import torch  # noqa: PLC0415 - imported late: --help works without it
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False")
+    unit, k, name = make_unit(torch, args.mode)
+    k = args.sync_every or k
+    sync = torch.cuda.synchronize
+    end_warm = time.time() + args.warmup_ms / 1000.0
+    while True:
+        for _ in range(k):
+            unit()
+        sync()
+        if time.time() >= end_warm:
+            break
+    touch(args.ready)
+    t_wait = time.time() + 120
+    while args.barrier and not os.path.exists(args.barrier):
+        if time.time() > t_wait:
+            raise TimeoutError("barrier did not appear")
+        time.sleep(0.0005)
+    t0 = time.time()
+    end, period = t0 + args.seconds, args.period_ms / 1000.0
+    samples, done = [[0.0, 0]], 0
+    while True:
+        if args.mode == "onoff" and ((time.time() - t0) % (2 * period)) >= period:
+            rel = time.time() - t0
+            nxt = (int(rel / (2 * period)) + 1) * 2 * period
+            time.sleep(max(0.0, min(nxt, args.seconds) - rel))
+        else:
+            for _ in range(k):
+                unit()
+            sync()
+            done += k
+        t = time.time()
+        samples.append([round(t - t0, 6), done])
+        if t >= end or (args.stop_file and os.path.exists(args.stop_file)):
+            break
+    secs = samples[-1][0]
+    return {"ok": done > 0, "unit": name, "t_start": t0, "t_end": t0 + secs, "seconds": secs, "units": done,
+            "rate": done / secs if secs > 0 else 0.0, "samples": samples, "impl": "torch",
+            "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+
+
+def main():
+    args = parse()
+    try:
+        res = measure(args)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a JSON result
+        traceback.print_exc()
+        res = {"ok": False, "error": ("%s: %s" % (type(e).__name__, e))[:1000]}
+    emit(args, res)
+    return 0 if res.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The benchmark's workload kinds and the command that runs each one: a PyTorch tenant
+(torch_tenant.py) where PyTorch with CUDA is there and the kind has one, else the driver-API
+client (fracgpu-bench-client), which runs on the simulated GPU and on a real one. Every
+command speaks the same protocol (--ready, --barrier, --stop-file, --out; one JSON line with
+samples [t, units] or latencies), so the phases do not care which implementation ran."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_TENANT = os.path.join(HERE, "torch_tenant.py")
+
+# kind: (driver-API mode and its arguments on a real GPU, on the simulated GPU; torch mode or None)
+KINDS = {
+    "compute": (["spin", "--kernel-us", "1000"], ["spin", "--kernel-us", "1000"], "matmul"),
+    # The simulated GPU's copies are host memcpy (slow, CPU-bound): small buffers there.
+    "memory": (["copy", "--bytes", str(512 << 20)], ["copy", "--bytes", str(8 << 20)], "copy"),
+    "train": (["mixed", "--kernel-us", "500", "--bytes", str(256 << 20)],
+              ["mixed", "--kernel-us", "500", "--bytes", str(4 << 20)], "train"),
+    "decode": (["spin", "--kernel-us", "150", "--sync-every", "1"],
+               ["spin", "--kernel-us", "150", "--sync-every", "1"], "decode"),
+    "graph": (["graph", "--kernel-us", "200", "--graph-kernels", "8", "--sync-every", "2"],
+              ["graph", "--kernel-us", "200", "--graph-kernels", "8", "--sync-every", "2"], None),
+    "onoff": (["onoff", "--kernel-us", "1000"], ["onoff", "--kernel-us", "1000"], None),
+    "eager": (["spin", "--kernel-us", "1", "--sync-every", "64"],
+              ["spin", "--kernel-us", "1", "--sync-every", "64"], "eager"),
+    # batch kinds of the latency phase (kernel length in the name)
+    "k0.05": (["spin", "--kernel-us", "50", "--sync-every", "16"], ["spin", "--kernel-us", "50", "--sync-every", "16"], None),
+    "k0.2": (["spin", "--kernel-us", "200", "--sync-every", "8"], ["spin", "--kernel-us", "200", "--sync-every", "8"], None),
+    "k1.5": (["spin", "--kernel-us", "1500", "--sync-every", "4"], ["spin", "--kernel-us", "1500", "--sync-every", "4"], None),
+}
+
+# Nominal device time of one unit of each kind (ms), for the latency table's batch_kernel_ms.
+KERNEL_MS = {"k0.05": 0.05, "k0.2": 0.2, "k1.5": 1.5, "compute": 1.0, "graph": 0.2, "train": 0.5}
+
+
+class Workloads:
+    def __init__(self, client, sim, torch_ok, backend="auto", python=sys.executable):
+        self.client, self.sim, self.python = client, sim, python
+        self.torch_ok = torch_ok and backend != "driver"
+
+    def impl(self, kind, driver=False):
+        """'torch' or 'driver': what runs `kind` here (driver=True: the driver-API client)."""
+        return "torch" if self.torch_ok and KINDS[kind][2] and not driver else "driver"
+
+    def command(self, kind, seconds, out, tag, ready="", barrier="", stop_file="", extra=(), driver=False):
+        real_args, sim_args, torch_mode = KINDS[kind]
+        common = ["--seconds", "%.3f" % seconds, "--out", out, "--tag", tag]
+        for flag, v in (("--ready", ready), ("--barrier", barrier), ("--stop-file", stop_file)):
+            if v:
+                common += [flag, v]
+        if self.impl(kind, driver) == "torch":
+            return [self.python, TORCH_TENANT, torch_mode, *common, *extra]
+        return [self.client, *(sim_args if self.sim else real_args), *common, *extra]
+
+    def driver(self, mode, *args):
+        return [self.client, mode, *[str(a) for a in args]]
