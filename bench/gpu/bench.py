@@ -31,7 +31,8 @@ from gpubench import Mps, NodeBroker, Platform, Proc, Records, run  # noqa: E402
 from gpubench.procs import child_env  # noqa: E402
 from workloads import Workloads  # noqa: E402
 
-PHASE_ORDER = ["overhead", "shares", "conserve", "ceilings", "latency", "memory", "faults"]
+# Latency and faults first: they are what a shorter budget must not lose; overhead is last.
+PHASE_ORDER = ["latency", "faults", "shares", "conserve", "ceilings", "memory", "overhead"]
 
 
 class Bench:
@@ -65,7 +66,7 @@ class Bench:
         self.last_witness = None
         self.mps_failed = False
         # Window lengths: shares and references; the simulated GPU in CI gets short ones.
-        self.win = args.window or (1.5 if self.sim and self.quick else 2.5 if self.quick else 4.0)
+        self.win = args.window or (1.5 if self.sim and self.quick else 2.5 if self.quick else 3.0)
         self.mem_cap = "2GiB" if self.sim else "24GiB"
 
     # ------------------------------------------------------------ metrics recording
