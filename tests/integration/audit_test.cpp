@@ -331,6 +331,11 @@ TEST_F(AuditTest, ABypassUnderFracgpuRunIsReportedWithinASecondOnceEverywhere) {
   EXPECT_EQ(sample_value(metrics, "fracgpu_audit_violations_total",
                          {"tenant=\"good\"", "gpu=\"0\"", gpu_uuid, "kind=\"unregistered\""}),
             0);
+  // Per GPU, from the simulated NVML: utilisation (busy time over wall time) in [0, 1].
+  const double utilization =
+      sample_value(metrics, "fracgpu_gpu_utilization_ratio", {"gpu=\"0\"", gpu_uuid});
+  EXPECT_GE(utilization, 0.0) << metrics;
+  EXPECT_LE(utilization, 1.0) << metrics;
   const std::string log = read_text(log_file());
   EXPECT_NE(log.find("tenant bypass: unregistered violation on GPU 0"), std::string::npos) << log;
   EXPECT_NE(log.find("pid " + std::to_string(child) + " holds"), std::string::npos) << log;
