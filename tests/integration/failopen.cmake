@@ -6,9 +6,3 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_spin_client)
     PROGRAMS FRACGPU_SPIN_CLIENT fracgpu_spin_client)
 endif()
 
-# The launch gate's liveness rules (doorbell probe, lease, progress), on the shim's core
-# alone: no processes, no driver.
-add_executable(fracgpu_gate_liveness_tests ${CMAKE_CURRENT_SOURCE_DIR}/gate_liveness_test.cpp)
-target_link_libraries(fracgpu_gate_liveness_tests PRIVATE
-  fracgpu_shim_core GTest::gtest_main fracgpu_warnings fracgpu_sanitizers)
-gtest_discover_tests(fracgpu_gate_liveness_tests PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 30)

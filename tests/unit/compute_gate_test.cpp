@@ -18,43 +18,10 @@
 #include "core/grant_gate.h"
 #include "core/inflight_limiter.h"
 #include "fracgpu/futex_word.h"
+#include "gate_fixture.h"
 
 namespace fracgpu {
 namespace {
-
-struct GateFixture : ::testing::Test {
-  std::unique_ptr<TenantQuota> quota = std::make_unique<TenantQuota>();
-  std::unique_ptr<TenantLedger> ledger = std::make_unique<TenantLedger>();
-  Doorbell doorbell;
-  GrantGate gate;
-  int bell_fd = -1;
-  std::string bell_path = "/tmp/fracgpu-gate-test-" + std::to_string(getpid());
-
-  void SetUp() override {
-    bell_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strcpy(a.sun_path, bell_path.c_str());
-    ::unlink(bell_path.c_str());
-    ASSERT_EQ(::bind(bell_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    doorbell.set_path(bell_path);
-    gate.bind(&quota->devices[0], &ledger->devices[0], &ledger->schedule[3][0], &doorbell);
-  }
-  void TearDown() override {
-    ::close(bell_fd);
-    ::unlink(bell_path.c_str());
-  }
-  void publish(uint32_t epoch, bool granted) {
-    quota->devices[0].grant_word.store(make_grant_word(epoch, granted, false));
-    futex_wake_all(quota->devices[0].grant_word);
-  }
-  int rings() {
-    int n = 0;
-    char b;
-    while (::recv(bell_fd, &b, 1, MSG_DONTWAIT) == 1) ++n;
-    return n;
-  }
-};
 
 TEST_F(GateFixture, GrantedWordIsAcknowledgedOnceThenFast) {
   publish(5, true);

@@ -19,6 +19,7 @@
 
 #include "core/grant_gate.h"
 #include "fracgpu/futex_word.h"
+#include "gate_fixture.h"
 
 namespace fracgpu {
 namespace {
@@ -26,31 +27,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-struct GateLiveness : ::testing::Test {
-  std::unique_ptr<TenantQuota> quota = std::make_unique<TenantQuota>();
-  std::unique_ptr<TenantLedger> ledger = std::make_unique<TenantLedger>();
-  Doorbell doorbell;
-  GrantGate gate;
-  int bell_fd = -1;
-  std::string bell_path = "/tmp/fracgpu-liveness-test-" + std::to_string(getpid());
-
+struct GateLiveness : GateFixture {
   void SetUp() override {
-    bell_fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strcpy(a.sun_path, bell_path.c_str());
-    ::unlink(bell_path.c_str());
-    ASSERT_EQ(::bind(bell_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    doorbell.set_path(bell_path);
+    GateFixture::SetUp();
     quota->minor = kSegmentMinor;
     quota->broker_heartbeat.store(1);
-    gate.bind(&quota->devices[0], &ledger->devices[0], &ledger->schedule[3][0], &doorbell);
     gate.bind_liveness(quota.get(), &ledger->processes[3]);
     quota->devices[0].grant_word.store(make_grant_word(7, false, false));
-  }
-  void TearDown() override {
-    if (bell_fd >= 0) ::close(bell_fd);
-    ::unlink(bell_path.c_str());
   }
   // Starts a launch at the gate on another thread; the future gives how long it waited.
   std::future<double> launch() {
