@@ -70,6 +70,7 @@ class Broker : public AdminBackend {
   std::unique_ptr<MetricsServer> metrics_;
   int lock_fd_ = -1;
   unsigned ticks_ = 0;
+  bool enforce_due_ = true;  // an admin change may have shrunk a GPU's unguaranteed pool
 };
 
 // main() of fracgpu-broker and `fracgpu broker`: logging, option resolution, run.

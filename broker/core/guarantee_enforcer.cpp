@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <set>
 #include <vector>
 
 #include "core/ledger_ops.h"
@@ -33,22 +32,21 @@ std::string GuaranteeEnforcer::key(const std::string& tenant, uint32_t gpu) {
   return tenant + "/" + std::to_string(gpu);
 }
 
-uint64_t GuaranteeEnforcer::swapped_total(std::span<const ArbiterMember> all) const {
-  uint64_t sum = 0;
-  for (const auto& m : all)
-    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i)
-      sum += m.ledger->devices[i].swapped.load();
-  return sum;
-}
-
 bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter,
                              int64_t now_ns) {
-  std::set<uint32_t> gpus;
+  // One pass: the GPUs in use, in order (a node has a handful: a sorted vector, no tree
+  // per tick), and what is on host memory now.
+  std::vector<uint32_t> gpus;
+  uint64_t on_host = 0;
   for (const auto& m : all)
-    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i)
-      if (m.quota->devices[i].present == 1) gpus.insert(m.quota->devices[i].host_index);
+    for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i) {
+      on_host += m.ledger->devices[i].swapped.load();
+      if (m.quota->devices[i].present != 1) continue;
+      const uint32_t g = m.quota->devices[i].host_index;
+      auto at = std::lower_bound(gpus.begin(), gpus.end(), g);
+      if (at == gpus.end() || *at != g) gpus.insert(at, g);
+    }
   // One host budget for every GPU and both kinds of demand of this tick.
-  const uint64_t on_host = swapped_total(all);
   uint64_t budget_left = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
   bool changed = false;
   for (uint32_t gpu : gpus) changed |= enforce_gpu(all, arbiter, gpu, now_ns, &budget_left);
@@ -198,21 +196,30 @@ bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t no
 bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
                                     const MemoryArbiter& arbiter, uint32_t gpu, int64_t now_ns,
                                     uint64_t* budget_left) {
+  // One pass over the tenants: who is on the GPU, what is guaranteed and what is borrowed
+  // there (MemoryArbiter's sums, folded in; an idle broker with 1,000 tenants pays this
+  // pass and nothing else).
   std::vector<Holding> on_gpu;
+  on_gpu.reserve(all.size());
+  uint64_t guaranteed = 0, borrowed_sum = 0;
   for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage& u) {
     on_gpu.push_back({&m, &q, &u});
+    guaranteed += q.memory_request.load();
+    borrowed_sum += borrowed(q);
   });
   bool changed = false;
-  for (const Holding& h : on_gpu) changed |= settle(h, now_ns);
-  const uint64_t cap = arbiter.capacity(gpu), guaranteed = arbiter.guaranteed_on(all, gpu);
+  if (!demands_.empty())  // settling changes grants: the sums are taken again below
+    for (const Holding& h : on_gpu) changed |= settle(h, now_ns);
+  const uint64_t cap = arbiter.capacity(gpu);
   const uint64_t pool = cap > guaranteed ? cap - guaranteed : 0;
   auto over = [&] {
     const uint64_t sum = arbiter.borrowed_on(all, gpu, nullptr);
     return sum > pool ? sum - pool : 0;
   };
-  uint64_t excess = over();
+  uint64_t excess = changed ? over() : (borrowed_sum > pool ? borrowed_sum - pool : 0);
   if (config_.idle_after_ns > 0) changed |= idle_pass(on_gpu, now_ns, budget_left);
   if (excess == 0) {
+    if (demands_.empty()) return changed;
     for (const Holding& h : on_gpu) {  // nothing is owed any more: withdraw open demands
       auto it = demands_.find(key(h.member->name, gpu));
       if (it == demands_.end() || it->second.idle) continue;

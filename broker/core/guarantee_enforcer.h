@@ -64,9 +64,12 @@ class GuaranteeEnforcer {
   // One step; true when it changed a grant or a demand (the caller re-notes grants).
   bool tick(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, int64_t now_ns);
 
+  // Whether the next tick has work whatever else happens: an open demand to follow, or
+  // idle tenants to watch. Otherwise only a smaller pool (a tenant admitted or its request
+  // raised) can create a debt, and the broker runs the tick after such a change.
+  bool busy() const { return !demands_.empty() || config_.idle_after_ns > 0; }
   const std::map<std::string, SwapDemand>& demands() const { return demands_; }
   uint64_t unswappable_reports() const { return unswappable_reports_; }
-  uint64_t swapped_total(std::span<const ArbiterMember> all) const;
 
  private:
   struct Holding {

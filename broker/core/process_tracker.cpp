@@ -92,6 +92,15 @@ void ProcessTracker::bump(const std::string& tenant) {
   generations_[tenant] = ++last_generation_;
 }
 
+std::vector<std::string> ProcessTracker::watched_tenants() const {
+  std::vector<std::string> out;
+  for (auto it = watches_.begin(); it != watches_.end();) {
+    out.push_back(it->first.first);
+    it = watches_.upper_bound(Key{it->first.first, UINT32_MAX});  // past this tenant's slots
+  }
+  return out;
+}
+
 uint64_t ProcessTracker::generation(const std::string& tenant) const {
   auto it = generations_.find(tenant);
   return it == generations_.end() ? 0 : it->second;

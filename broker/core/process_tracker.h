@@ -76,6 +76,10 @@ class ProcessTracker {
     auto it = watches_.lower_bound(Key{tenant, 0});
     return it != watches_.end() && it->first.first == tenant;
   }
+  // The tenants with a watched process, in name order. O(watches): per-tick readers visit
+  // the few tenants with processes, not every tenant of the node. A copy, so a reader may
+  // act on a tenant (a death, a kill) while it goes through the list.
+  std::vector<std::string> watched_tenants() const;
   // Bumped whenever a watch of the tenant starts or ends; 0 for a tenant never watched.
   uint64_t generation(const std::string& tenant) const;
   void forget_tenant(const std::string& tenant);

@@ -185,6 +185,7 @@ Result<Tenant*> TenantRegistry::create(const nlohmann::json& tenant_json) {
   }
   Tenant* raw = tenant->get();
   tenants_.emplace(spec->name, std::move(*tenant));
+  ++generation_;
   return raw;
 }
 
@@ -249,6 +250,7 @@ Status TenantRegistry::remove(std::string_view name) {
   if (auto s = persist_with(nullptr, nullptr, name); !s) return s;
   const TenantSpec spec = it->second->spec;
   tenants_.erase(it);  // unmaps the segments
+  ++generation_;
   remove_files(spec);
   return {};
 }
@@ -258,16 +260,26 @@ Tenant* TenantRegistry::find(std::string_view name) {
   return it == tenants_.end() ? nullptr : it->second.get();
 }
 
+// Several readers a tick (books check, audit, enforcer): the list is kept, rebuilt only
+// after a tenant came or went, instead of walking the tree each time.
 std::vector<Tenant*> TenantRegistry::all() {
-  std::vector<Tenant*> out;
-  for (auto& [n, t] : tenants_) out.push_back(t.get());
-  return out;
+  if (all_cache_.size() != tenants_.size() || all_generation_ != generation_) {
+    all_cache_.clear();
+    for (auto& [n, t] : tenants_) all_cache_.push_back(t.get());
+    all_generation_ = generation_;
+  }
+  return all_cache_;
 }
 
-std::vector<ArbiterMember> TenantRegistry::arbiter_members() {
-  std::vector<ArbiterMember> out;
-  for (auto& [n, t] : tenants_) out.push_back({n, &t->quota(), &t->ledger()});
-  return out;
+// Read by every maintenance tick: rebuilt only after a tenant came or went (a tenant's
+// quota and ledger stay mapped at one address for its lifetime).
+const std::vector<ArbiterMember>& TenantRegistry::arbiter_members() {
+  if (members_generation_ != generation_ || members_cache_.size() != tenants_.size()) {
+    members_cache_.clear();
+    for (auto& [n, t] : tenants_) members_cache_.push_back({n, &t->quota(), &t->ledger()});
+    members_generation_ = generation_;
+  }
+  return members_cache_;
 }
 
 }  // namespace fracgpu::broker

@@ -93,7 +93,8 @@ class TenantRegistry {
 
   Tenant* find(std::string_view name);
   std::vector<Tenant*> all();
-  std::vector<ArbiterMember> arbiter_members();
+  // Valid until the next create, remove or restore.
+  const std::vector<ArbiterMember>& arbiter_members();
   const GpuInventory& gpus() const { return gpus_; }
   const RegistryConfig& config() const { return config_; }
 
@@ -114,6 +115,11 @@ class TenantRegistry {
   const GpuInventory& gpus_;
   StateStore store_;
   std::map<std::string, std::unique_ptr<Tenant>, std::less<>> tenants_;
+  uint64_t generation_ = 0;  // bumped whenever a tenant comes or goes
+  std::vector<Tenant*> all_cache_;
+  uint64_t all_generation_ = ~uint64_t{0};
+  std::vector<ArbiterMember> members_cache_;
+  uint64_t members_generation_ = ~uint64_t{0};
   std::vector<InvalidTenantEntry> quarantined_;
 };
 

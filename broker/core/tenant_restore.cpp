@@ -139,6 +139,7 @@ Result<std::size_t> TenantRegistry::restore(const RestoreOptions& options) {
                                        : "new",
                  seg.ledger_migrated() ? ", moved out of the tenant's directory" : "");
     tenants_.emplace(spec.name, std::move(*tenant));
+    ++generation_;
   }
   return tenants_.size();
 }

@@ -192,7 +192,7 @@ json TenantSocketServer::handle_burst(Tenant& tenant, const json& request) {
       return LineServer::error_reply(flagged);
     }
   }
-  const auto members = services_.registry.arbiter_members();
+  const auto& members = services_.registry.arbiter_members();
   const ArbiterMember who{tenant.spec.name, &tenant.quota(), &tenant.ledger()};
   auto grant = services_.arbiter.burst(members, who, static_cast<uint32_t>(*device), *bytes);
   if (services_.audit != nullptr) services_.audit->note_grants();  // the broker's new grants
