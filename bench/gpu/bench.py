@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """fracgpu benchmark suite (bench/gpu/run.sh): fracgpu side by side with native time slicing,
-NVIDIA MPS and (given its libvgpu.so) HAMi-core, on any NVIDIA GPU or on fracgpu's simulated
-GPU, in one run with a time budget. See bench/gpu/README.md for what each phase measures.
+NVIDIA MPS, fracgpu over MPS (its broker's --mps, where the broker has it) and (given its
+libvgpu.so) HAMi-core, on any NVIDIA GPU or on fracgpu's simulated GPU, in one run within a
+time budget. See bench/gpu/README.md for what each phase measures.
 
     bench/gpu/run.sh [--quick] [--only "overhead shares ..."] [--hami PATH] [--build DIR]
         [--out DIR] [--budget S] [--client PATH] [--gpu real|sim|auto] [--backend auto|driver]
 
-This file is the harness: the budget, progress lines, tenant groups started together behind a
-barrier, the alone references, and the phase loop (a phase that fails is recorded and the run
-goes on). The phases are in phases_throughput.py, phases_latency.py and phases_system.py;
-results.json, the CSV, the table and the plots come from report.py and plots.py.
+This file is the harness: the budget (budget.py), progress lines, warm workers (pool.py),
+tenant groups started together behind a barrier, the ways of sharing (the MPS daemon and the
+fracgpu-mps broker, never both at once) and the phase loop (a phase that fails is recorded
+and the run goes on). The phases are in phases_throughput.py, phases_shares.py,
+phases_latency.py and phases_system.py; the outputs come from report.py and plots.py.
 """
 import argparse
 import os
@@ -27,20 +29,24 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tools"))
 sys.path.insert(0, HERE)
 
-from gpubench import Mps, NodeBroker, Platform, Proc, Records, run  # noqa: E402
+from budget import Budget  # noqa: E402
+from gpubench import NodeBroker, Platform, Proc, Records, run  # noqa: E402
 from gpubench.procs import child_env  # noqa: E402
+from pool import Pool  # noqa: E402
 from workloads import Workloads  # noqa: E402
+import modes as sharing  # noqa: E402
 
-# Latency and faults first: they are what a shorter budget must not lose; overhead is last.
+# Latency and faults first: what a shorter budget must not lose; overhead is last.
 PHASE_ORDER = ["latency", "faults", "shares", "conserve", "ceilings", "memory", "overhead"]
 
 
-class Bench:
+class Bench(sharing.Sharing):
     def __init__(self, args):
         self.args = args
         self.quick = args.quick
         self.t0 = time.time()
-        self.deadline = self.t0 + args.budget
+        self.budget = Budget(args.budget, args.quick, self.t0, args.phases)
+        self.deadline = self.budget.deadline
         self.out = os.path.abspath(args.out)
         os.makedirs(self.out, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix="fgb.", dir="/tmp")  # short: sockets live under it
@@ -49,13 +55,13 @@ class Bench:
         self.pf = Platform(args.build, self.work, kind=args.gpu)
         self.sim = self.pf.sim
         self.client = self.find_client()
-        self.torch_ok = (not self.sim) and args.backend != "driver" and self.probe_torch()
+        self.torch_version = None if self.sim or args.backend == "driver" else self.probe_torch()
+        self.torch_ok = self.torch_version is not None
         self.wl = Workloads(self.client, self.sim, self.torch_ok, args.backend, python=args.python)
         self.broker = NodeBroker(self.pf.fracgpu, os.path.join(self.work, "r"), os.path.join(self.work, "s"),
                                  self.logs, env=self.pf.broker_env(), deps=self.pf.deps,
                                  flags=self.pf.broker_flags() + self.metrics_flags())
         self.recorder = self.start_recorder()
-        self.mps = Mps(self.work, self.pf.base_env())
         self.hami = os.path.abspath(args.hami) if args.hami else None
         self.rec = Records()
         self.series = {"shares": {}, "latency": {}, "overhead": {}}
@@ -64,9 +70,13 @@ class Bench:
         self.alone = {}
         self.seq = 0
         self.last_witness = None
-        self.mps_failed = False
-        # Window lengths: shares and references; the simulated GPU in CI gets short ones.
-        self.win = args.window or (1.5 if self.sim and self.quick else 2.5 if self.quick else 3.0)
+        self.current_phase = None
+        self.plan = None  # the running phase's RoundPlan, where it has one
+        self.mps30_alone = None  # MPS 30 % alone / native alone, measured by the shares phase
+        self.pool = Pool(self)
+        self.init_sharing()
+        # Nominal window of the share phases; the simulated GPU in CI gets short ones.
+        self.win = args.window or (1.5 if self.quick else 2.0)
         self.mem_cap = "2GiB" if self.sim else "24GiB"
 
     # ------------------------------------------------------------ metrics recording
@@ -76,8 +86,7 @@ class Bench:
 
     def start_recorder(self):
         """--metrics-port: every broker of the run serves /metrics there and
-        tools/metrics_recorder.py keeps one scrape a second in logs/metrics.jsonl of the archive (the
-        dashboard is rendered from it afterwards, where a Prometheus runs)."""
+        tools/metrics_recorder.py keeps one scrape a second in logs/metrics.jsonl of the archive."""
         if not self.args.metrics_port:
             return None
         return subprocess.Popen(
@@ -101,57 +110,49 @@ class Bench:
     def left(self):
         return self.deadline - time.time()
 
+    def next_seq(self):
+        self.seq += 1
+        return self.seq
+
     def find_client(self):
         for p in (self.args.client, os.path.join(self.pf.build, "bin", "fracgpu-bench-client")):
             if p and os.access(p, os.X_OK):
-                return os.path.abspath(p)
+                if client_serves(p):
+                    return os.path.abspath(p)
+                self.say("%s predates warm workers (no --serve): building the client from source" % p)
         # Not packed: build it here (g++ and cuda.h are on the GPU machine; no driver at link time).
         dst = os.path.join(self.work, "fracgpu-bench-client")
         inc = next((d for d in ("/usr/local/cuda/include", "/usr/include") if os.path.exists(os.path.join(d, "cuda.h"))), None)
-        rc, _, err = run(["g++", "-std=c++20", "-O2", "-I" + (inc or "/usr/local/cuda/include"),
-                          os.path.join(HERE, "clients", "bench_client.cpp"), "-ldl", "-o", dst], child_env(), 240)
+        srcs = [os.path.join(HERE, "clients", f) for f in ("bench_client.cpp", "client.cpp", "latency.cpp")]
+        rc, _, err = run(["g++", "-std=c++20", "-O2", "-I" + (inc or "/usr/local/cuda/include"), *srcs, "-ldl", "-o", dst],
+                         child_env(), 240)
         if rc != 0:
             raise RuntimeError("no fracgpu-bench-client and building it failed: %s" % err[-300:])
         self.say("built fracgpu-bench-client from source (%s)" % dst)
         return dst
 
     def probe_torch(self):
-        rc, out, _ = run([self.args.python, "-c", "import torch; print(torch.cuda.is_available())"], self.pf.base_env(), 120)
-        return rc == 0 and out.strip().endswith("True")
+        """PyTorch's version where it imports with CUDA, else None."""
+        rc, out, _ = run([self.args.python, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+                         self.pf.base_env(), 120)
+        words = out.split()
+        return words[-2] if rc == 0 and len(words) >= 2 and words[-1] == "True" else None
 
     def limit(self, seconds):
         """A process's hard limit: its work plus start-up, never past the budget."""
         startup = 90 if self.torch_ok else 30
         return max(5.0, min(seconds + startup, self.left() - 5))
 
-    def path(self, name):
-        return os.path.join(self.work, name)
+    def path(self, *names):
+        return os.path.join(self.work, *names)
 
-    # ------------------------------------------------------------ tenants and processes
-    def tenant(self, name, *flags, memory=None, request="0"):
-        """A fracgpu tenant of the node broker (started if needed); returns its socket."""
-        self.broker.ensure()
-        self.broker.delete_tenant(name)
-        sock = self.broker.create_tenant(name, "--memory", memory or self.mem_cap, "--memory-request", request,
-                                         *flags)
-        self.tenants.append(name)
-        return sock
-
-    def env_for(self, spec):
-        mode = spec.get("mode", "native")
-        if mode == "frac":
-            sock = self.tenant(spec["tag"], *spec.get("frac", []), memory=spec.get("memory"))
-            return self.pf.env(mode, socket=sock)
-        if mode == "mps":
-            return self.pf.env(mode, mps=self.mps, percent=spec.get("pct"))
-        if mode == "hami":
-            return self.pf.env(mode, hami=self.hami, percent=spec.get("pct"), memory="24g")
-        return self.pf.env("native")
-
-    def spawn(self, tag, cmd, env, seconds):
-        self.seq += 1
-        p = Proc("%03d-%s" % (self.seq, tag), cmd, env, self.logs, self.limit(seconds))
-        self.live.append(p)
+    # ------------------------------------------------------------ processes and groups
+    def spawn(self, tag, cmd, env, seconds, track=True):
+        """A process under a hard limit; tracked ones are stopped when their group ends."""
+        p = Proc("%03d-%s" % (self.next_seq(), tag), cmd, env, self.logs,
+                 self.limit(seconds) if track else seconds)
+        if track:
+            self.live.append(p)
         return p
 
     def finish(self, procs, limit=None):
@@ -180,10 +181,11 @@ class Bench:
         self.tenants = []
 
     def group(self, specs, seconds, during=None, ready_limit=None, witness=False):
-        """Starts every spec (dict: tag, kind, mode, frac flags / pct, extra args), releases
-        them together once all are ready, calls during(procs) if given, and returns the
-        results in order. A spec with "stop" set gets the group's stop file."""
-        gid = self.seq + 1
+        """One-off processes: starts every spec (dict: tag, kind, mode, frac flags / pct,
+        extra), releases them together once all are ready, calls during(procs, stop) if given,
+        and returns the results in order. A spec with "stop" set gets the group's stop file.
+        (Phases that measure many configurations use warm workers instead: pool.py.)"""
+        gid = self.next_seq()
         barrier, stop = self.path("go.%d" % gid), self.path("stop.%d" % gid)
         procs = []
         for s in specs:
@@ -197,7 +199,7 @@ class Bench:
             procs.append(p)
         end = time.time() + (ready_limit or (120 if self.torch_ok else 30))
         while time.time() < end and not all(os.path.exists(p.ready) or not p.running() for p in procs):
-            time.sleep(0.02)
+            time.sleep(0.01)
         self.last_witness = self.pf.witness() if witness else None
         open(barrier, "w").close()
         try:
@@ -211,80 +213,91 @@ class Bench:
         return res
 
     def alone_rate(self, kind, driver=False):
-        """Units/s of `kind` alone, natively (cached): the reference of every share."""
-        key = (kind, self.wl.impl(kind, driver))
+        """Units/s of `kind` alone, natively (cached): the reference of every share, measured
+        by the warm native worker n-0 (n-drv for the driver-API client where PyTorch runs the
+        rest), which the share phases use too."""
+        impl = self.wl.impl(kind, driver)
+        key = (kind, impl)
         if key not in self.alone:
-            (r,) = self.group([{"tag": "alone-" + kind, "kind": kind, "mode": "native", "driver": driver}], self.win)
+            drv = impl == "driver" and self.torch_ok
+            (w,) = self.pool.start([native_worker("n-drv" if drv else "n-0", driver=drv)])
+            win = self.plan.window() if self.plan else self.win
+            (r,) = self.pool.round([(w, self.wl.round_args(kind, w.torch) + ["--seconds", "%.3f" % win,
+                                                                            "--warmup-ms", "50"])])
+            if self.plan:
+                self.plan.done()
             self.alone[key] = r.get("rate") if r.get("ok") else None
-            self.rec.add("alone", kind=kind, impl=key[1], rate=self.alone[key], unit=r.get("unit"),
+            self.rec.add("alone", kind=kind, impl=impl, rate=self.alone[key], unit=r.get("unit"),
                          seconds=r.get("seconds"), error=r.get("error"))
         return self.alone[key]
-
-    def modes(self):
-        """The ways of sharing this run compares: native and fracgpu always, MPS where its
-        daemon runs, HAMi-core where --hami was given; skips recorded once."""
-        return [m for m in ("native", "mps", "frac", "hami") if self.mode_ok(m)]
-
-    def mode_ok(self, mode):
-        if mode == "mps":  # started when a phase first asks, quit when that phase ends
-            if self.sim or self.mps_failed:
-                return False
-            if not self.mps.started:
-                if self.mps.start():
-                    self.say("  MPS control daemon started (%s)" % self.mps.pipe)
-                else:
-                    self.mps_failed = True
-                    self.rec.note("MPS skipped: %s" % self.mps.why_not)
-            return self.mps.started
-        if mode == "hami":
-            return bool(self.hami) and os.path.exists(self.hami)
-        return True
 
     # ------------------------------------------------------------ phases
     def run_phases(self, phases):
         import phases_latency
+        import phases_shares
         import phases_system
         import phases_throughput
-        table = {**phases_throughput.PHASES, **phases_latency.PHASES, **phases_system.PHASES}
-        if self.sim:
-            self.rec.note("MPS skipped: the simulated GPU has no MPS")
-        if not self.hami:
-            self.rec.note("HAMi-core skipped: no --hami PATH")
-        elif self.sim:
-            self.rec.note("HAMi-core skipped: not on the simulated GPU")
-            self.hami = None
+        table = {**phases_throughput.PHASES, **phases_shares.PHASES, **phases_latency.PHASES, **phases_system.PHASES}
+        self.note_sharing()
         for i, name in enumerate(phases):
-            fn, est_full, est_quick = table[name]
-            est = est_quick if self.quick else est_full
+            fn = table[name]
             t = time.time()
-            if self.left() < min(est, 30) + 15:
-                self.say("== [%d/%d] %s: SKIPPED (%.0f s left, needs ~%d s)" % (i + 1, len(phases), name, self.left(), est))
+            pb = self.budget.begin(name)
+            if self.left() < 25:
+                self.say("== [%d/%d] %s: SKIPPED (%.0f s left)" % (i + 1, len(phases), name, self.left()))
                 self.rec.phase(name, "skipped", 0, "time budget")
+                self.budget.end(name, "skipped", 0)
                 continue
-            self.say("== [%d/%d] %s (~%d s, %.0f s left)" % (i + 1, len(phases), name, est, self.left()))
+            self.current_phase = name
+            self.say("== [%d/%d] %s (planned %.0f s, allotted %.0f s, %.0f s left)" % (
+                i + 1, len(phases), name, pb.planned, pb.allotted, self.left()))
+            status, detail = "ok", ""
             try:
-                fn(self)
-                self.rec.phase(name, "ok", time.time() - t)
+                fn(self, pb)
             except Exception as e:  # noqa: BLE001 - one phase's failure is recorded, not fatal
                 self.say("  %s FAILED: %s: %s" % (name, type(e).__name__, e))
-                self.rec.phase(name, "failed", time.time() - t, "%s: %s\n%s" % (
-                    type(e).__name__, e, traceback.format_exc()[-1500:]))
+                status, detail = "failed", "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()[-1500:])
             finally:
+                self.plan = None
+                self.pool.retire(keep=self.kept)
                 self.cleanup_group()
-                self.mps.stop()  # no MPS server left running into the next phase
-            self.say("   %s done in %.1f s" % (name, time.time() - t))
+                self.stop_sharing()  # the MPS daemon and the fracgpu-mps broker: once per phase
+            secs = time.time() - t
+            self.rec.phase(name, status, secs, detail)
+            self.budget.end(name, status, secs)
+            self.say("   %s done in %.1f s (planned %.0f s)" % (name, secs, pb.planned))
+        self.current_phase = None
+
+    def kept(self, worker):
+        """Whether a warm worker stays for a phase still to run (its spec's "keep")."""
+        return any(p in self.budget.pending for p in worker.spec.get("keep", ()))
 
     def close(self):
         self.stop_recorder()
+        self.pool.retire()
         self.cleanup_group()
-        self.mps.stop()
+        self.stop_sharing()
         self.broker.stop()
         self.pf.cleanup()
 
 
+def client_serves(path):
+    """Whether a fracgpu-bench-client knows the warm-worker options (an older packed one does
+    not): it parses its options before it touches the driver, so this costs no GPU time."""
+    rc, _, err = run([path, "probe", "--idle-s", "1", "--bogus-option", "1"], child_env(), 20)
+    return "unknown option --bogus-option" in err
+
+
+def native_worker(name, driver=False):
+    """The native workers that the alone references, shares, conserve and ceilings share: kept
+    warm from one phase to the next (spec "keep")."""
+    return {"name": name, "kind": "compute", "mode": "native", "driver": driver,
+            "keep": ["shares", "conserve", "ceilings"]}
+
+
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short windows and fewer runs (~4 min on a GPU)")
+    ap.add_argument("--quick", action="store_true", help="short windows and fewer runs (~3.5 min on a GPU)")
     ap.add_argument("--only", default="", help="phases to run, of: " + " ".join(PHASE_ORDER))
     ap.add_argument("--hami", default="", help="path of HAMi-core's libvgpu.so: compare it too")
     ap.add_argument("--build", default=os.environ.get("B_BUILD", os.path.join(REPO, "devrun")),
@@ -292,16 +305,20 @@ def parse(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/fracgpu-bench-out"))
     ap.add_argument("--metrics-port", type=int, default=0,
                     help="brokers serve /metrics on this port; logs/metrics.jsonl in the archive records it each second")
-    ap.add_argument("--budget", type=float, default=0, help="seconds (default 540, --quick 240)")
+    ap.add_argument("--budget", type=float, default=0, help="seconds for the whole run (default 480, --quick 210)")
     ap.add_argument("--client", default="", help="fracgpu-bench-client (default BUILD/bin, else built here)")
     ap.add_argument("--gpu", choices=["auto", "real", "sim"], default="auto")
     ap.add_argument("--backend", choices=["auto", "driver"], default="auto",
                     help="driver: the driver-API client for every workload, even where PyTorch is there")
-    ap.add_argument("--window", type=float, default=0, help="measurement window of the share phases (s)")
+    ap.add_argument("--window", type=float, default=0, help="nominal measurement window of the share phases (s)")
+    ap.add_argument("--no-fracgpu-mps", action="store_true", help="leave fracgpu over MPS (broker --mps) out")
+    ap.add_argument("--sim-mps", action="store_true",
+                    help="simulated GPU: fracgpu-mps over the build's fakecuda-mps-control, where it has one")
     ap.add_argument("--keep-work", action="store_true", help="keep the work directory (/tmp/fgb.*)")
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
     args = ap.parse_args(argv)
-    args.budget = args.budget or (240 if args.quick else 540)
+    args.argv = ["bench/gpu/run.sh"] + list(sys.argv[1:] if argv is None else argv)
+    args.budget = args.budget or (210 if args.quick else 480)
     only = args.only.replace(",", " ").split()
     bad = [p for p in only if p not in PHASE_ORDER]
     if bad:

@@ -2,15 +2,16 @@
 """The benchmark's PNG plots, from results.json alone (so they can be redrawn on another
 machine: `plots.py results.json DIR`): shares.png (each tenant's share over time, 100 ms
 windows, one panel per share run, targets dashed), latency_cdf.png (CDF of the latency
-tenant's request latency per batch kind and arrival pattern: alone, native, MPS, fracgpu,
-HAMi-core) and overhead.png (fracgpu / native per metric: median of paired ratios, min-max
+tenant's request latency (submission to completion) per batch kind and arrival pattern:
+alone, native, MPS, fracgpu, fracgpu-mps, HAMi-core) and overhead.png (fracgpu / native per metric: median of paired ratios, min-max
 bars). Needs matplotlib (Agg); without it, returns no files and says why."""
 import json
 import math
 import os
 import sys
 
-COLORS = {"alone": "#888888", "native": "#d62728", "mps": "#ff7f0e", "fracgpu": "#1f77b4", "hami": "#2ca02c"}
+COLORS = {"alone": "#888888", "native": "#d62728", "mps": "#ff7f0e", "fracgpu": "#1f77b4", "fracgpu_mps": "#9467bd",
+          "hami": "#2ca02c"}
 
 
 def _grid(plt, n, cols=4, w=4.0, h=2.6):

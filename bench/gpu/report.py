@@ -1,5 +1,6 @@
-"""The benchmark's outputs, all in --out: results.json (machine, configuration, phases,
-every table's rows with their spreads, and the series the plots are drawn from),
+"""The benchmark's outputs, all in --out: results.json (machine, configuration, versions, the
+time budget per phase (planned / allotted / actual), phases, every table's rows with their
+spreads, and the series the plots are drawn from),
 results.csv (every table's scalar columns), summary.txt (the tables, also printed on
 stdout), the PNG plots (plots.py) and bench.tar.gz (all of it plus every process's log:
 the GPU machine hands back only a few files)."""
@@ -32,7 +33,9 @@ COLUMNS = {
                 ("alone p99", "alone_p99_ms", "%.3f"), ("native p50/p99", ("native_p50_ms", "native_p99_ms"), "%.3f"),
                 ("MPS p50/p99", ("mps_p50_ms", "mps_p99_ms"), "%.3f"),
                 ("fracgpu p50/p99/p99.9", ("fracgpu_p50_ms", "fracgpu_p99_ms", "fracgpu_p999_ms"), "%.3f"),
-                ("HAMi p99", "hami_p99_ms", "%.3f"), ("batch ratio", "batch_ratio", "%.3f")],
+                ("fracgpu-mps p50/p99", ("fracgpu_mps_p50_ms", "fracgpu_mps_p99_ms"), "%.3f"),
+                ("HAMi p99", "hami_p99_ms", "%.3f"), ("batch ratio", "batch_ratio", "%.3f"),
+                ("fracgpu-mps ratio", "fracgpu_mps_batch_ratio", "%.3f"), ("goal", "meets_goal_by", "%s")],
     "memory": [("check", "check", "%s"), ("expected", "expected", "num"), ("measured", "measured", "num"),
                ("ok", "ok", "%s")],
     "faults": [("fault", "fault", "%s"), ("waiting tenant runs again s", "resume_s", "%.3f"),
@@ -91,9 +94,11 @@ def write(b, machine):
     top = {"schema": SCHEMA, "machine": machine,
            "config": {"quick": b.quick, "budget_s": b.args.budget, "phases": b.args.phases, "gpu": b.pf.kind,
                       "window_s": b.win, "client": b.client, "build": b.pf.build, "hami": b.args.hami or None,
+                      "argv": b.args.argv, "modes": b.modes(),
                       "torch": b.torch_ok, "impl": {k: b.wl.impl(k) for k in ("compute", "memory", "train", "decode",
                                                                                "graph", "eager")}},
-           "started": datetime.datetime.utcfromtimestamp(b.t0).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "versions": b.versions(), "budget": b.budget.to_json(), "worker_waves": b.pool.waves,
+           "started": datetime.datetime.fromtimestamp(b.t0, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "seconds": round(time.time() - b.t0, 1), "series": b.series}
     for t in COLUMNS:
         b.rec.tables.setdefault(t, [])
@@ -109,9 +114,11 @@ def write(b, machine):
     for t in COLUMNS:
         if doc.get(t):
             text.append(table_text(t, doc[t]))
-    text.append("## phases\n" + "\n".join("%-9s %-8s %6.1f s %s" % (p["phase"], p["status"], p["seconds"],
-                                                                    p["detail"].splitlines()[0] if p["detail"] else "")
-                                          for p in doc["phases"]))
+    plan = doc["budget"]["phases"]
+    text.append("## phases (budget %.0f s)\n" % doc["budget"]["total_s"] + "\n".join(
+        "%-9s %-8s %6.1f s of %5.1f planned  %s" % (
+            p["phase"], p["status"], p["seconds"], plan.get(p["phase"], {}).get("planned_s") or 0,
+            p["detail"].splitlines()[0] if p["detail"] else "") for p in doc["phases"]))
     text += ["note: " + n for n in doc["notes"]]
     summary = "\n\n".join(text) + "\n"
     with open(os.path.join(b.out, "summary.txt"), "w") as f:

@@ -12,6 +12,13 @@ inference decode loop: one token of a 4096-wide 8-layer bf16 MLP per step, synch
 token like a serving loop), eager (small-op loop: 64 tiny elementwise ops per sync; the unit
 is one op), graph (the train forward captured in a CUDA graph, replayed), onoff (matmul on
 for --period-ms, then idle as long). Exit 0 when it measured, 1 on error ({"ok": false}).
+
+--serve DIR: a warm worker, as fracgpu-bench-client's --serve: PyTorch imported, the model
+(and those of --prepare's modes) built and warmed once, --ready touched, then one measurement
+per round; round N starts when
+DIR/go.N appears and holds that round's options (--seconds, --out, --tag, --stop-file,
+--warmup-ms, --period-ms, --sync-every) over the command line's. It ends at DIR/quit, SIGTERM
+or --idle-s without a round. Waiting polls every millisecond (a few per cent of one core).
 """
 import argparse
 import json
@@ -21,15 +28,26 @@ import time
 import traceback
 
 
-def parse():
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["matmul", "copy", "train", "decode", "eager", "graph", "onoff"])
+MODES = ["matmul", "copy", "train", "decode", "eager", "graph", "onoff"]
+
+
+def round_options(p):
+    """The options a round of --serve may change (also the command line's)."""
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--sync-every", type=int, default=0, help="units per synchronisation (default per mode)")
     p.add_argument("--warmup-ms", type=float, default=500)
     p.add_argument("--period-ms", type=float, default=100)
-    for f in ("--barrier", "--ready", "--stop-file", "--out", "--tag"):
+    for f in ("--stop-file", "--out", "--tag", "--barrier", "--ready"):
         p.add_argument(f, default="")
+    return p
+
+
+def parse():
+    p = round_options(argparse.ArgumentParser())
+    p.add_argument("mode", choices=MODES)
+    p.add_argument("--serve", default="")
+    p.add_argument("--prepare", default="", help="--serve: also build these modes (comma list) before --ready")
+    p.add_argument("--idle-s", type=float, default=900)
     return p.parse_args()
 
 
@@ -99,26 +117,38 @@ def make_unit(torch, mode):
     return g.replay, 4, "replay"
 
 
-def measure(args):
+def open_unit(args):
+    """(torch, unit function, units per sync, unit name, sync), warmed for --warmup-ms."""
     import torch  # noqa: PLC0415 - imported late: --help works without it
     if not torch.cuda.is_available():
         raise RuntimeError("torch.cuda.is_available() is False")
     unit, k, name = make_unit(torch, args.mode)
-    k = args.sync_every or k
-    sync = torch.cuda.synchronize
-    end_warm = time.time() + args.warmup_ms / 1000.0
+    warm(unit, args.sync_every or k, torch.cuda.synchronize, args.warmup_ms)
+    return torch, unit, k, name
+
+
+def warm(unit, k, sync, warmup_ms):
+    end_warm = time.time() + warmup_ms / 1000.0
     while True:
         for _ in range(k):
             unit()
         sync()
         if time.time() >= end_warm:
             break
-    touch(args.ready)
+
+
+def wait_barrier(args):
     t_wait = time.time() + 120
     while args.barrier and not os.path.exists(args.barrier):
         if time.time() > t_wait:
             raise TimeoutError("barrier did not appear")
         time.sleep(0.0005)
+
+
+def measure(args, torch, unit, k, name):
+    """One measurement of --seconds (or until --stop-file): the samples and the rate."""
+    k = args.sync_every or k
+    sync = torch.cuda.synchronize
     t0 = time.time()
     end, period = t0 + args.seconds, args.period_ms / 1000.0
     samples, done = [[0.0, 0]], 0
@@ -142,10 +172,60 @@ def measure(args):
             "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
 
 
+def serve(args):
+    """--serve: one measurement per round file DIR/go.N until DIR/quit (or --idle-s). A round
+    may name another mode (--mode, first): its model is built on first use and kept, so one
+    worker serves every kind; with --barrier it warms up, touches --ready and waits."""
+    torch, unit, k, name = open_unit(args)
+    units = {args.mode: (unit, k, name)}
+    for mode in filter(None, args.prepare.split(",")):  # built while the other workers start, too
+        if mode not in units:
+            units[mode] = make_unit(torch, mode)
+            warm(units[mode][0], 1, torch.cuda.synchronize, 0)
+    touch(args.ready)
+    base = argparse.Namespace(**vars(args))
+    base.barrier = base.ready = ""
+    n, quit_file = 1, os.path.join(args.serve, "quit")
+    idle_end = time.time() + args.idle_s
+    while time.time() < idle_end and not os.path.exists(quit_file):
+        go = os.path.join(args.serve, "go.%d" % n)
+        if not os.path.exists(go):
+            time.sleep(0.001)
+            continue
+        with open(go) as f:
+            tokens = f.read().split()
+        r = argparse.Namespace(**vars(base))
+        if tokens[:1] == ["--mode"]:
+            r.mode, tokens = tokens[1], tokens[2:]
+        r = round_options(argparse.ArgumentParser()).parse_args(tokens, namespace=r)
+        r.warmup_ms = r.warmup_ms if "--warmup-ms" in tokens else 0
+        try:
+            if r.mode not in units:
+                units[r.mode] = make_unit(torch, r.mode)
+            unit, k, name = units[r.mode]
+            if r.warmup_ms > 0:
+                warm(unit, r.sync_every or k, torch.cuda.synchronize, r.warmup_ms)
+            touch(r.ready)
+            wait_barrier(r)
+            res = measure(r, torch, unit, k, name)
+        except Exception as e:  # noqa: BLE001 - a failed round is a result; the worker goes on
+            traceback.print_exc()
+            res = {"ok": False, "error": ("%s: %s" % (type(e).__name__, e))[:1000]}
+        emit(r, res)
+        n += 1
+        idle_end = time.time() + args.idle_s
+
+
 def main():
     args = parse()
     try:
-        res = measure(args)
+        if args.serve:
+            serve(args)
+            return 0
+        torch, unit, k, name = open_unit(args)
+        touch(args.ready)
+        wait_barrier(args)
+        res = measure(args, torch, unit, k, name)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a JSON result
         traceback.print_exc()
         res = {"ok": False, "error": ("%s: %s" % (type(e).__name__, e))[:1000]}

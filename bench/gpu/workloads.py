@@ -2,7 +2,8 @@
 (torch_tenant.py) where PyTorch with CUDA is there and the kind has one, else the driver-API
 client (fracgpu-bench-client), which runs on the simulated GPU and on a real one. Every
 command speaks the same protocol (--ready, --barrier, --stop-file, --out; one JSON line with
-samples [t, units] or latencies), so the phases do not care which implementation ran."""
+samples [t, units] or latencies), so the phases do not care which implementation ran.
+serve_command() is the same workload as a warm worker (--serve DIR: pool.py)."""
 import os
 import sys
 
@@ -26,11 +27,16 @@ KINDS = {
     # batch kinds of the latency phase (kernel length in the name)
     "k0.05": (["spin", "--kernel-us", "50", "--sync-every", "16"], ["spin", "--kernel-us", "50", "--sync-every", "16"], None),
     "k0.2": (["spin", "--kernel-us", "200", "--sync-every", "8"], ["spin", "--kernel-us", "200", "--sync-every", "8"], None),
-    "k1.5": (["spin", "--kernel-us", "1500", "--sync-every", "4"], ["spin", "--kernel-us", "1500", "--sync-every", "4"], None),
+    "k2": (["spin", "--kernel-us", "2000", "--sync-every", "4"], ["spin", "--kernel-us", "2000", "--sync-every", "4"], None),
+    # the latency tenant: one 0.1 ms kernel + sync per request (its options come per round)
+    "latency": (["latency", "--kernel-us", "100"], ["latency", "--kernel-us", "100"], None),
+    # overhead: empty-kernel launches, cuMemAlloc+cuMemFree pairs (their counts come per round)
+    "launch": (["launch"], ["launch"], None),
+    "alloc": (["alloc", "--bytes", str(1 << 20)], ["alloc", "--bytes", str(1 << 20)], None),
 }
 
 # Nominal device time of one unit of each kind (ms), for the latency table's batch_kernel_ms.
-KERNEL_MS = {"k0.05": 0.05, "k0.2": 0.2, "k1.5": 1.5, "compute": 1.0, "graph": 0.2, "train": 0.5}
+KERNEL_MS = {"k0.05": 0.05, "k0.2": 0.2, "k2": 2.0, "compute": 1.0, "graph": 0.2, "train": 0.5}
 
 
 class Workloads:
@@ -51,6 +57,32 @@ class Workloads:
         if self.impl(kind, driver) == "torch":
             return [self.python, TORCH_TENANT, torch_mode, *common, *extra]
         return [self.client, *(sim_args if self.sim else real_args), *common, *extra]
+
+    def serve_command(self, kind, serve_dir, ready, tag, extra=(), driver=False, prepare=()):
+        """`kind` as a warm worker: set up and warmed once, then one measurement per round;
+        prepare: other kinds its rounds will run (PyTorch builds their models at the start)."""
+        real_args, sim_args, torch_mode = KINDS[kind]
+        common = ["--serve", serve_dir, "--ready", ready, "--tag", tag, "--warmup-ms", "300"]
+        if self.impl(kind, driver) == "torch":
+            modes = [KINDS[k][2] for k in prepare if KINDS[k][2] and KINDS[k][2] != torch_mode]
+            return [self.python, TORCH_TENANT, torch_mode, *common, *(["--prepare", ",".join(modes)] if modes else []),
+                    *extra]
+        return [self.client, *(sim_args if self.sim else real_args), *common, *extra]
+
+    def round_args(self, kind, torch_worker):
+        """A round's options that make a warm worker (PyTorch or driver-API, whichever it is)
+        run `kind`: --mode first, then every option of the kind, defaults spelled out, since a
+        round starts from the worker's command line, not from the round before."""
+        real_args, sim_args, torch_mode = KINDS[kind]
+        if torch_worker:
+            if not torch_mode:
+                raise ValueError("no PyTorch workload for kind %s" % kind)
+            return ["--mode", torch_mode]
+        args = list(sim_args if self.sim else real_args)
+        rest = args[1:]
+        if "--sync-every" not in rest:
+            rest += ["--sync-every", "8"]
+        return ["--mode", args[0]] + rest
 
     def driver(self, mode, *args):
         return [self.client, mode, *[str(a) for a in args]]

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Smoke test of the benchmark suite (ctest label `bench`): bench/gpu/run.sh --quick on the
 simulated GPU, every phase, end to end, then checks what it wrote: results.json's schema and
-a row for every phase (latency rows with the issue's columns), the CSV, the summary, valid
-PNG plots, the archive, and figures within loose bounds (the simulated GPU on a loaded
-2-core machine: shares of compute tenants within 8 points, a lone 30 % tenant and the idle
-halves of an on/off neighbour near alone, a 30 % ceiling at 30 +- 10 % of the GPU's time
-as the simulated device counts it, the broker kill survived).
+a row for every phase (latency rows with the issue's columns, fracgpu-mps's and the goal's),
+the time budget's accounting per phase, the CSV, the summary, valid PNG plots, the archive,
+and figures within loose bounds (the simulated GPU on a loaded 2-core machine: shares of
+compute tenants within 8 points, a lone 30 % tenant and the idle halves of an on/off
+neighbour near alone, a 30 % ceiling at 30 +- 10 % of the GPU's time as the simulated device
+counts it, the broker kill survived). Then the docs generator (bench/gpu/docs_section.py) on
+that results.json: the section has every phase's table, and --update-doc on a copy of
+docs/benchmarks.md inserts it between its markers, keeps the rest, and changes nothing when
+run again.
 
     bench_smoke_test.py --build BUILD_DIR --client fracgpu-bench-client --out DIR
 Exit 0 when every check passed; the failed ones are listed otherwise."""
@@ -21,8 +25,13 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PHASES = ["overhead", "shares", "conserve", "ceilings", "latency", "memory", "faults"]
 LATENCY_KEYS = ["batch", "batch_kernel_ms", "native_p99_ms", "mps_p99_ms", "fracgpu_p99_ms", "batch_ratio",
-                "native_p50_ms", "fracgpu_p50_ms", "native_p999_ms", "fracgpu_p999_ms", "alone_p99_ms", "arrival"]
-BATCHES = {"k0.05", "k0.2", "k1.5", "copy", "train", "graph", "multi"}
+                "native_p50_ms", "fracgpu_p50_ms", "native_p999_ms", "fracgpu_p999_ms", "alone_p99_ms", "arrival",
+                "mps_p50_ms", "mps_p999_ms", "fracgpu_mps_p50_ms", "fracgpu_mps_p99_ms", "fracgpu_mps_p999_ms",
+                "fracgpu_mps_batch_ratio", "hami_p99_ms", "meets_goal", "meets_goal_by", "goal_checks",
+                "latency_from"]
+BATCHES = {"k0.05", "k0.2", "k2", "copy", "train", "graph", "multi"}
+SECTION_TITLES = ["### Overhead", "### Shares", "### Work conservation", "### Ceilings", "### Latency isolation",
+                  "### Memory", "### Faults", "### Where fracgpu loses", "**Time budget**", "**Machine:**"]
 
 failures = []
 
@@ -52,7 +61,7 @@ def near(v, target, tol):
 
 def run_bench(args):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FRACGPU_", "FAKECUDA_")) and k != "LD_PRELOAD"}
-    cmd = [sys.executable, os.path.join(REPO, "bench", "gpu", "bench.py"), "--quick", "--gpu", "sim",
+    cmd = [sys.executable, os.path.join(REPO, "bench", "gpu", "bench.py"), "--quick", "--gpu", "sim", "--sim-mps",
            "--build", args.build, "--client", args.client, "--out", args.out, "--budget", "170"]
     t0 = time.time()
     try:
@@ -115,6 +124,29 @@ def check_results(doc):
         check(isinstance(r.get("throughput_of_alone"), float) and r["throughput_of_alone"] <= r["limit"] + 0.15,
               "ceiling %.2f: throughput %s of alone" % (r["limit"], r.get("throughput_of_alone")))
 
+    budget = doc.get("budget") or {}
+    plan = budget.get("phases") or {}
+    check(isinstance(budget.get("total_s"), float) and budget["total_s"] == 170, "budget: total recorded (%s)"
+          % budget.get("total_s"))
+    for ph in PHASES:
+        b = plan.get(ph) or {}
+        check(all(isinstance(b.get(k), (int, float)) for k in ("planned_s", "allotted_s", "actual_s")) and
+              b["planned_s"] > 0 and b.get("status") == "ok", "budget: %s planned %s s, allotted %s s, actual %s s"
+              % (ph, b.get("planned_s"), b.get("allotted_s"), b.get("actual_s")))
+    check(abs(sum(plan[p]["planned_s"] for p in PHASES if p in plan) - budget.get("planned_sum_s", -1)) < 1,
+          "budget: the planned seconds add up")
+    check(bool(doc.get("versions")) and "torch" in doc["versions"], "versions recorded")
+    # fracgpu-mps: measured over the simulated MPS stand-in where the build has it and the broker
+    # has --mps (--sim-mps), else skipped with a note.
+    fmps = bool((doc.get("versions") or {}).get("fracgpu_mps"))
+    if fmps:
+        rows = [r for r in doc.get("shares", []) if r.get("setup") == "fracgpu-mps"]
+        check(len(rows) == 2 and all(isinstance(r.get("measured"), float) for r in rows),
+              "fracgpu-mps: its 70/30 share row measured (%d rows)" % len(rows))
+    else:
+        check(any(n.startswith("fracgpu-mps skipped") for n in doc.get("notes", [])),
+              "fracgpu-mps: skipped, with a note")
+
     lat = doc.get("latency", [])
     check({r.get("batch") for r in lat} == BATCHES, "latency: every batch kind (%d rows)" % len(lat))
     check({r.get("arrival") for r in lat} == {"regular", "poisson"}, "latency: regular and Poisson arrivals")
@@ -124,6 +156,15 @@ def check_results(doc):
         check(all(isinstance(r.get(k), float) and r[k] > 0 for k in ("native_p99_ms", "fracgpu_p99_ms",
                                                                      "batch_ratio")),
               "latency %s %s: native and fracgpu p99 and the batch ratio measured" % (r.get("batch"), r.get("arrival")))
+        check(isinstance(r.get("meets_goal"), bool) and "fracgpu" in (r.get("goal_checks") or {}),
+              "latency %s %s: meets_goal is a boolean with its checks" % (r.get("batch"), r.get("arrival")))
+        if fmps:
+            check(isinstance(r.get("fracgpu_mps_p99_ms"), float) and isinstance(r.get("fracgpu_mps_batch_ratio"), float)
+                  and "fracgpu-mps" in r["goal_checks"], "latency %s %s: fracgpu-mps measured" % (
+                      r.get("batch"), r.get("arrival")))
+        if r.get("arrival") == "poisson":
+            check(isinstance(r.get("alone_queue_p99_ms"), float) and isinstance(r.get("fracgpu_response_p99_ms"), float),
+                  "latency %s poisson: the queueing delay from the arrival kept apart" % r.get("batch"))
 
     mem = doc.get("memory", [])
     cap = [r for r in mem if r["check"].startswith("driver API: cuMemGetInfo")]
@@ -166,6 +207,38 @@ def check_files(out):
     check(len(os.listdir(out)) <= 8, "at most 8 files in the output directory (%d)" % len(os.listdir(out)))
 
 
+def check_docs(out):
+    """docs_section.py on the run's results.json, and --update-doc on a copy of the page."""
+    gen = os.path.join(REPO, "bench", "gpu", "docs_section.py")
+    res = os.path.join(out, "results.json")
+    r = subprocess.run([sys.executable, gen, res, "--plots-dir", "gpu-runs/smoke"], capture_output=True, text=True,
+                       timeout=60)
+    text = r.stdout
+    check(r.returncode == 0, "docs_section.py exit status 0 (%d: %s)" % (r.returncode, r.stderr[-300:]))
+    for t in SECTION_TITLES:
+        check(t in text, "docs section has %s" % t)
+    check(text.startswith("<!-- bench:latest:begin -->") and text.rstrip().endswith("<!-- bench:latest:end -->"),
+          "docs section between its markers")
+    check("gpu-runs/smoke/shares.png" in text, "docs section shows the plots")
+    page = os.path.join(out, "benchmarks.md")
+    with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+        original = f.read()
+    with open(page, "w") as f:
+        f.write(original)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, gen, res, "--plots-dir", "gpu-runs/smoke", "--update-doc", page],
+                           capture_output=True, text=True, timeout=60)
+        with open(page) as f:
+            runs.append((r.returncode, r.stdout.strip(), f.read()))
+    (rc1, said1, first), (rc2, said2, second) = runs
+    check(rc1 == 0 and said1.endswith("updated") and text in first, "--update-doc inserts the section (%s)" % said1)
+    check(first.replace(text + "\n", "", 1) == original, "--update-doc keeps the hand-written page as it was")
+    check(rc2 == 0 and said2.endswith("unchanged") and second == first, "--update-doc again changes nothing (%s)"
+          % said2)
+    os.remove(page)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -186,6 +259,8 @@ def main():
     if doc is not None:
         check_results(doc)
     check_files(args.out)
+    if doc is not None:
+        check_docs(args.out)
     print("%d check(s) failed%s" % (len(failures), ": " + "; ".join(failures) if failures else ""))
     return 1 if failures else 0
 

@@ -12,10 +12,12 @@ from .procs import alive, child_env, run
 
 
 class NodeBroker:
-    def __init__(self, fracgpu, run_dir, state_dir, logdir, env=None, deps=None, flags=()):
+    def __init__(self, fracgpu, run_dir, state_dir, logdir, env=None, deps=None, flags=(), name="broker"):
         """env: the environment of the broker and the CLI (a platform's, e.g. the simulated
-        driver's variables); deps: a directory put first on their LD_LIBRARY_PATH."""
+        driver's variables); deps: a directory put first on their LD_LIBRARY_PATH; name: its
+        logs' prefix (NAME1.log, NAME2.log, ... one per start)."""
         self.fracgpu, self.run_dir, self.state_dir, self.logdir = fracgpu, run_dir, state_dir, logdir
+        self.name = name
         self.flags = list(flags)
         self.env = dict(env if env is not None else child_env())
         if deps and os.path.isdir(deps):
@@ -32,7 +34,7 @@ class NodeBroker:
         answer within `timeout` seconds. Returns the seconds it took."""
         self.stop()
         self.starts += 1
-        log = os.path.join(self.logdir, "broker%d.log" % self.starts)
+        log = os.path.join(self.logdir, "%s%d.log" % (self.name, self.starts))
         t0 = time.time()
         with open(log, "w") as f:
             self.proc = subprocess.Popen(
@@ -46,7 +48,7 @@ class NodeBroker:
             if os.path.exists(os.path.join(self.run_dir, "admin.sock")) and \
                     self.cli("tenant", "list", timeout=10)[0] == 0:
                 return time.time() - t0
-            time.sleep(0.1)
+            time.sleep(0.02)
         raise RuntimeError("broker %d did not answer within %d s: %s" % (self.starts, timeout, _tail(log)))
 
     def running(self):

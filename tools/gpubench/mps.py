@@ -10,9 +10,13 @@ from .procs import run
 
 
 class Mps:
-    def __init__(self, work, env):
-        self.pipe = os.path.join(work, "mps-pipe")
-        self.log = os.path.join(work, "mps-log")
+    def __init__(self, work, env, pipe=None, log=None, control="nvidia-cuda-mps-control"):
+        """pipe/log: the daemon's directories (default WORK/mps-pipe, WORK/mps-log); a daemon
+        someone else started (fracgpu's broker --mps) is stopped through the same pipe;
+        control: the control program (the simulated GPU's fakecuda-mps-control stands in)."""
+        self.pipe = pipe or os.path.join(work, "mps-pipe")
+        self.log = log or os.path.join(work, "mps-log")
+        self.control = control
         self.base_env = dict(env)
         self.started = False
         self.quit_rc = None
@@ -31,31 +35,46 @@ class Mps:
         return e
 
     def available(self):
-        return shutil.which("nvidia-cuda-mps-control") is not None
+        return shutil.which(self.control) is not None
 
     def start(self):
         """True when the daemon runs; False (and why_not) when it is missing or did not start."""
         if not self.available():
-            self.why_not = "nvidia-cuda-mps-control not found"
+            self.why_not = "%s not found" % self.control
             return False
         os.makedirs(self.pipe, exist_ok=True)
         os.makedirs(self.log, exist_ok=True)
-        rc, out, err = run(["nvidia-cuda-mps-control", "-d"], self.control_env(), 20)
+        rc, out, err = run([self.control, "-d"], self.control_env(), 20)
         self.started = rc == 0
         if not self.started:
-            self.why_not = "nvidia-cuda-mps-control -d: rc %d %s" % (rc, (out + err).strip()[-200:])
+            self.why_not = "%s -d: rc %d %s" % (self.control, rc, (out + err).strip()[-200:])
         return self.started
 
     def server_log_present(self):
         p = os.path.join(self.log, "server.log")
         return os.path.exists(p) and os.path.getsize(p) > 0
 
+    def daemon_pid(self):
+        """The control daemon's pid from its pipe directory (None if there is none running)."""
+        try:
+            with open(os.path.join(self.pipe, "nvidia-cuda-mps-control.pid")) as f:
+                pid = int(f.read().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def adopt(self):
+        """Takes over a daemon started by someone else (so that stop() quits it) if one runs."""
+        self.started = self.daemon_pid() is not None
+        return self.started
+
     def stop(self):
         """Quits the daemon; where quit fails, kills its servers and the daemon by pid."""
         if not self.started:
             return
-        servers = _pipe_command("get_server_list\n", self.control_env(), 5)[1]
-        rc = _pipe_command("quit\n", self.control_env(), 30)
+        servers = _pipe_command(self.control, "get_server_list\n", self.control_env(), 5)[1]
+        rc = _pipe_command(self.control, "quit\n", self.control_env(), 30)
         self.quit_rc = rc[0]
         if rc[0] != 0:
             for pid in servers.split():
@@ -69,9 +88,9 @@ class Mps:
         self.started = False
 
 
-def _pipe_command(text, env, timeout):
+def _pipe_command(control, text, env, timeout):
     try:
-        r = subprocess.run(["nvidia-cuda-mps-control"], input=text, env=env, capture_output=True,
+        r = subprocess.run([control], input=text, env=env, capture_output=True,
                            text=True, timeout=timeout)
         return r.returncode, r.stdout
     except (subprocess.TimeoutExpired, OSError):

@@ -53,9 +53,12 @@ class Platform:
                      "FRACGPU_REAL_DRIVER": os.path.join(self.fake_dir, "libcuda.so.1")}
         return child_env(extra)
 
-    def env(self, mode, socket=None, mps=None, percent=None, hami=None, memory=None, extra=None):
+    def env(self, mode, socket=None, mps=None, percent=None, hami=None, memory=None, extra=None, hami_cache=None):
         """mode: native | mps (mps: an Mps, percent) | frac (socket) | hami (hami: the
-        libvgpu.so path, percent: SM limit, memory: e.g. '8g')."""
+        libvgpu.so path, percent: SM limit, memory: e.g. '8g', hami_cache: the file of the
+        HAMi-core "container" this process belongs to: HAMi-core keeps one shared region per
+        such file, and the first process of a region sets its limits for all the others, so
+        each HAMi-core tenant needs its own)."""
         e = self.base_env()
         if mode == "mps":
             e.update(mps.client_env(percent))
@@ -68,6 +71,8 @@ class Platform:
                 e["CUDA_DEVICE_SM_LIMIT"] = str(percent)
             if memory:
                 e["CUDA_DEVICE_MEMORY_LIMIT"] = memory
+            if hami_cache:
+                e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = hami_cache
         e.update(extra or {})
         return e
 
@@ -115,9 +120,12 @@ class Platform:
                 "temperature_c": _num(info.get("temperature.gpu"))}
 
     def witness(self, period=0.1):
-        """A started Witness (per-process GPU time and the SM clock, sampled every period)."""
+        """A started Witness (per-process GPU time and the SM clock, sampled every period),
+        returned once it has taken its first sample (at most 2 s), so that a short window
+        that starts right after is covered from its start."""
         w = Witness(self, period)
         w.start()
+        w.first.wait(2.0)
         return w
 
 
@@ -145,16 +153,23 @@ class Witness(threading.Thread):
         self.proc_util = []  # real: (t_sample_s, pid, sm_util_pct)
         self.error = None
         self._halt = threading.Event()
+        self.first = threading.Event()
         self._nvml = None
 
+    _NVML = None  # (library, device handle): nvmlInit once per run, it takes long on a big GPU
+
     def _open_nvml(self):
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-        if lib.nvmlInit_v2() != 0:
-            raise RuntimeError("nvmlInit_v2 failed")
-        h = ctypes.c_void_p()
-        if lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) != 0:
-            raise RuntimeError("nvmlDeviceGetHandleByIndex_v2 failed")
-        self._nvml, self._h, self._last = lib, h, ctypes.c_ulonglong(0)
+        if Witness._NVML is None:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                raise RuntimeError("nvmlInit_v2 failed")
+            h = ctypes.c_void_p()
+            if lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) != 0:
+                raise RuntimeError("nvmlDeviceGetHandleByIndex_v2 failed")
+            Witness._NVML = (lib, h)
+        self._nvml, self._h = Witness._NVML
+        # Only samples from now on: older ones belong to earlier windows.
+        self._last = ctypes.c_ulonglong(int(time.time() * 1e6))
 
     def _sample_real(self):
         lib, h = self._nvml, self._h
@@ -191,12 +206,14 @@ class Witness(threading.Thread):
                 self._open_nvml()
         except (OSError, RuntimeError, AttributeError) as e:
             self.error = "NVML: %s" % e
+            self.first.set()
             return
         while not self._halt.is_set():
             try:
                 self._sample_sim() if self.pf.sim else self._sample_real()
             except Exception as e:  # noqa: BLE001 - a witness failure is reported, not fatal
                 self.error = "%s: %s" % (type(e).__name__, e)
+            self.first.set()
             self._halt.wait(self.period)
 
     def stop(self):

@@ -1,332 +1,48 @@
 // fracgpu-bench-client: the driver-API workloads of the benchmark suite (bench/gpu/run.sh).
 // One binary runs every workload kind that needs no framework, on the simulated GPU (CI) and
-// on a real NVIDIA GPU alike: the driver is dlopen'ed ("libcuda.so.1", so LD_PRELOAD of the
-// shim catches it the way it catches XLA or Triton) and the kernels are PTX that the simulated
-// driver resolves by name (fracgpu_fake_spin / fracgpu_fake_empty) and a real driver JIT-compiles
-// (the spin kernel busy-waits on %globaltimer, one block per resident slot so that it fills
-// every SM). Not linked against libcuda: tools/pack_devrun.sh --with packs it as is.
+// on a real NVIDIA GPU alike (client.cpp: the dlopen'ed driver and the PTX kernels).
 //
 //   fracgpu-bench-client MODE [--seconds S] [--kernel-us N] [--sync-every K] [--bytes B]
 //       [--count N] [--reps R] [--graph-kernels G] [--period-ms P] [--think-us T]
-//       [--arrival regular|poisson] [--requests N] [--warmup-ms W] [--blocks N]
+//       [--arrival regular|poisson] [--requests N] [--warmup-ms W] [--blocks N] [--seed N]
 //       [--barrier FILE] [--ready FILE] [--stop-file FILE] [--out FILE] [--tag TEXT]
+//       [--serve DIR [--idle-s S]]
 //
 // MODE: launch (empty-kernel launch rate: --count launches then one sync, --reps times),
 // alloc (cuMemAlloc+cuMemFree pairs of --bytes, --count per rep), spin (compute-bound:
 // --kernel-us kernels back to back), copy (memory-bound: --bytes device-to-device copies),
 // mixed (a "training step": spin kernel + copy + spin), graph (a captured graph of
 // --graph-kernels spin kernels, replayed), onoff (spin, on for --period-ms then off as long),
-// latency (requests of one --kernel-us kernel + sync; regular: --think-us after each reply;
-// poisson: open loop, exponential gaps of mean --think-us, latency from the arrival), mem
+// latency (latency.cpp: requests of one kernel + sync, regular or Poisson arrivals), mem
 // (cuMemGetInfo, first-allocation latency, fill in --bytes chunks until out of memory).
 // Throughput modes record samples [t, units] (t: seconds since t_start, wall clock) at each
 // sync so that the harness can cut any common window; "unit" is one kernel / copy / step /
 // replay. The result is ONE JSON line ({"ok": ...}) on --out (atomically) or stdout.
+//
+// --serve DIR makes a warm worker (every mode but mem): it sets up once (context, module,
+// buffers, graph), warms up, touches --ready, then measures once per round. Round N starts
+// when DIR/go.N appears (written atomically by the harness); that file holds the round's
+// options ("--seconds 2 --out F --stop-file S ..."), applied over the command line's, and the
+// result goes to the round's --out (serve_round: a round may switch the mode, and wait at a
+// --barrier once warm). It ends at DIR/quit, SIGTERM, or --idle-s without a round.
+// Waiting costs nothing: inotify on DIR (a 1 ms poll where inotify is missing).
 // Hot path: one cuLaunchKernel (or copy) per unit and a sync per --sync-every; nothing else.
-#include <cuda.h>
-#include <dlfcn.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <random>
+#include <fstream>
+#include <iterator>
 #include <sstream>
-#include <string>
 #include <thread>
-#include <vector>
 
+#include "client.h"
+
+namespace fgbench {
 namespace {
-
-constexpr const char* kPtx = R"(
-.version 6.0
-.target sm_50
-.address_size 64
-.visible .entry fracgpu_fake_spin(.param .u32 p0)
-{
-  .reg .pred %p;
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<6>;
-  ld.param.u32 %r1, [p0];
-  cvt.u64.u32 %rd1, %r1;
-  mul.lo.u64 %rd2, %rd1, 1000;
-  mov.u64 %rd3, %globaltimer;
-$L_spin:
-  mov.u64 %rd4, %globaltimer;
-  sub.u64 %rd5, %rd4, %rd3;
-  setp.lt.u64 %p, %rd5, %rd2;
-  @%p bra $L_spin;
-  ret;
-}
-.visible .entry fracgpu_fake_empty()
-{
-  ret;
-}
-)";
-
-// The driver, dlopen'ed: ABI names (the _v2 ones where cuda.h maps to them).
-struct Driver {
-  decltype(&::cuInit) Init;
-  decltype(&::cuGetErrorName) GetErrorName;
-  decltype(&::cuDeviceGet) DeviceGet;
-  decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
-  decltype(&::cuDeviceGetName) DeviceGetName;
-  decltype(&::cuDevicePrimaryCtxRetain) PrimaryCtxRetain;
-  decltype(&::cuCtxSetCurrent) CtxSetCurrent;
-  decltype(&::cuModuleLoadData) ModuleLoadData;
-  decltype(&::cuModuleGetFunction) ModuleGetFunction;
-  decltype(&::cuLaunchKernel) LaunchKernel;
-  decltype(&::cuStreamCreate) StreamCreate;
-  decltype(&::cuStreamSynchronize) StreamSynchronize;
-  decltype(&::cuMemAlloc_v2) MemAlloc;
-  decltype(&::cuMemFree_v2) MemFree;
-  decltype(&::cuMemGetInfo_v2) MemGetInfo;
-  decltype(&::cuMemcpyDtoDAsync_v2) MemcpyDtoDAsync;
-  decltype(&::cuStreamBeginCapture_v2) StreamBeginCapture;
-  decltype(&::cuStreamEndCapture) StreamEndCapture;
-  decltype(&::cuGraphInstantiateWithFlags) GraphInstantiate;
-  decltype(&::cuGraphLaunch) GraphLaunch;
-};
-
-struct Options {
-  std::string mode, barrier, ready, stop_file, out, tag, arrival = "regular";
-  double seconds = 5;
-  unsigned kernel_us = 1000, sync_every = 8, graph_kernels = 8, period_ms = 100, blocks = 0;
-  unsigned long long bytes = 64ull << 20, count = 20000, reps = 5, requests = 1000;
-  unsigned long think_us = 1000, warmup_ms = 200;
-};
-
-std::atomic<bool> g_stop{false};
-Driver d{};
-std::string g_tag;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-void emit(const Options& o, const std::string& body) {
-  std::string line = "{" + body + ",\"mode\":\"" + o.mode + "\",\"tag\":\"" + g_tag +
-                     "\",\"pid\":" + std::to_string(getpid()) + "}\n";
-  if (o.out.empty()) {
-    std::fputs(line.c_str(), stdout);
-    return;
-  }
-  const std::string tmp = o.out + ".tmp." + std::to_string(getpid());
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) std::exit(1);
-  std::fputs(line.c_str(), f);
-  std::fclose(f);
-  std::rename(tmp.c_str(), o.out.c_str());
-  std::fputs(line.c_str(), stdout);
-}
-
-[[noreturn]] void fail(const Options& o, const std::string& what) {
-  std::fprintf(stderr, "fracgpu-bench-client: %s\n", what.c_str());
-  std::string esc;
-  for (char c : what) esc += (c == '"' || c == '\\') ? '\'' : c;
-  emit(o, "\"ok\":false,\"error\":\"" + esc + "\"");
-  std::exit(1);
-}
-
-Options g_opts;
-void check(CUresult rc, const char* what) {
-  if (rc == CUDA_SUCCESS) return;
-  const char* name = "?";
-  if (d.GetErrorName != nullptr) d.GetErrorName(rc, &name);
-  fail(g_opts, std::string(what) + " failed: " + name);
-}
-
-void load_driver(const Options& o) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == nullptr) fail(o, std::string("dlopen libcuda.so.1: ") + dlerror());
-  auto sym = [&](const char* name) {
-    void* p = dlsym(h, name);
-    if (p == nullptr) fail(o, std::string("missing driver symbol ") + name);
-    return p;
-  };
-#define FG_SYM(field, name) d.field = reinterpret_cast<decltype(d.field)>(sym(name))
-  FG_SYM(Init, "cuInit");
-  FG_SYM(GetErrorName, "cuGetErrorName");
-  FG_SYM(DeviceGet, "cuDeviceGet");
-  FG_SYM(DeviceGetAttribute, "cuDeviceGetAttribute");
-  FG_SYM(DeviceGetName, "cuDeviceGetName");
-  FG_SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  FG_SYM(CtxSetCurrent, "cuCtxSetCurrent");
-  FG_SYM(ModuleLoadData, "cuModuleLoadData");
-  FG_SYM(ModuleGetFunction, "cuModuleGetFunction");
-  FG_SYM(LaunchKernel, "cuLaunchKernel");
-  FG_SYM(StreamCreate, "cuStreamCreate");
-  FG_SYM(StreamSynchronize, "cuStreamSynchronize");
-  FG_SYM(MemAlloc, "cuMemAlloc_v2");
-  FG_SYM(MemFree, "cuMemFree_v2");
-  FG_SYM(MemGetInfo, "cuMemGetInfo_v2");
-  FG_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-  FG_SYM(StreamBeginCapture, "cuStreamBeginCapture_v2");
-  FG_SYM(StreamEndCapture, "cuStreamEndCapture");
-  FG_SYM(GraphInstantiate, "cuGraphInstantiateWithFlags");
-  FG_SYM(GraphLaunch, "cuGraphLaunch");
-#undef FG_SYM
-}
-
-unsigned long long number(const std::string& flag, const char* v, double lo, double hi) {
-  char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  if (*v == '\0' || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) {
-    std::fprintf(stderr, "fracgpu-bench-client: bad value for %s: %s\n", flag.c_str(), v);
-    std::exit(2);
-  }
-  return static_cast<unsigned long long>(x);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: fracgpu-bench-client MODE [options] (see the source's banner)\n");
-    std::exit(2);
-  }
-  o.mode = argv[1];
-  for (int i = 2; i < argc; i += 2) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "fracgpu-bench-client: %s needs a value\n", a.c_str());
-      std::exit(2);
-    }
-    const char* v = argv[i + 1];
-    if (a == "--seconds") {
-      o.seconds = std::strtod(v, nullptr);
-      if (!(o.seconds > 0)) number(a, "x", 0, 0);
-    } else if (a == "--kernel-us")
-      o.kernel_us = number(a, v, 1, 1e7);
-    else if (a == "--sync-every")
-      o.sync_every = number(a, v, 1, 1e5);
-    else if (a == "--bytes")
-      o.bytes = number(a, v, 1, 1e15);
-    else if (a == "--count")
-      o.count = number(a, v, 1, 1e9);
-    else if (a == "--reps")
-      o.reps = number(a, v, 1, 1000);
-    else if (a == "--graph-kernels")
-      o.graph_kernels = number(a, v, 1, 10000);
-    else if (a == "--period-ms")
-      o.period_ms = number(a, v, 1, 1e6);
-    else if (a == "--think-us")
-      o.think_us = number(a, v, 0, 1e8);
-    else if (a == "--requests")
-      o.requests = number(a, v, 1, 1e8);
-    else if (a == "--warmup-ms")
-      o.warmup_ms = number(a, v, 0, 1e6);
-    else if (a == "--blocks")
-      o.blocks = number(a, v, 0, 1e7);
-    else if (a == "--arrival")
-      o.arrival = v;
-    else if (a == "--barrier")
-      o.barrier = v;
-    else if (a == "--ready")
-      o.ready = v;
-    else if (a == "--stop-file")
-      o.stop_file = v;
-    else if (a == "--out")
-      o.out = v;
-    else if (a == "--tag")
-      o.tag = v;
-    else {
-      std::fprintf(stderr, "fracgpu-bench-client: unknown option %s\n", a.c_str());
-      std::exit(2);
-    }
-  }
-  if (o.arrival != "regular" && o.arrival != "poisson") {
-    std::fprintf(stderr, "fracgpu-bench-client: --arrival must be regular or poisson\n");
-    std::exit(2);
-  }
-  return o;
-}
-
-bool exists(const std::string& path) {
-  return !path.empty() && access(path.c_str(), F_OK) == 0;
-}
-
-void touch(const std::string& path) {
-  if (path.empty()) return;
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f != nullptr) std::fclose(f);
-}
-
-// Ready file, then the barrier (up to 120 s): every tenant of a phase starts together.
-void ready_and_wait(const Options& o) {
-  touch(o.ready);
-  const double end = now_s() + 120;
-  while (!o.barrier.empty() && !exists(o.barrier) && !g_stop.load()) {
-    if (now_s() > end) fail(o, "the barrier " + o.barrier + " did not appear within 120 s");
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-}
-
-struct Gpu {
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  CUfunction spin = nullptr, empty = nullptr;
-  CUstream stream = nullptr;
-  unsigned grid = 1, block = 1;
-  std::string name;
-};
-
-Gpu open_gpu(const Options& o) {
-  Gpu g;
-  check(d.Init(0), "cuInit");
-  check(d.DeviceGet(&g.dev, 0), "cuDeviceGet");
-  char name[256] = {0};
-  check(d.DeviceGetName(name, sizeof name - 1, g.dev), "cuDeviceGetName");
-  g.name = name;
-  check(d.PrimaryCtxRetain(&g.ctx, g.dev), "cuDevicePrimaryCtxRetain");
-  check(d.CtxSetCurrent(g.ctx), "cuCtxSetCurrent");
-  CUmodule module = nullptr;
-  check(d.ModuleLoadData(&module, kPtx), "cuModuleLoadData");
-  check(d.ModuleGetFunction(&g.spin, module, "fracgpu_fake_spin"), "cuModuleGetFunction spin");
-  check(d.ModuleGetFunction(&g.empty, module, "fracgpu_fake_empty"), "cuModuleGetFunction empty");
-  check(d.StreamCreate(&g.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  // Fill the GPU: 8 blocks of 128 threads per SM stay resident together, so a spin kernel
-  // holds every SM for --kernel-us (the simulated device ignores the shape).
-  int sms = 1;
-  d.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g.dev);
-  g.grid = o.blocks > 0 ? o.blocks : static_cast<unsigned>(std::max(1, sms) * 8);
-  g.block = 128;
-  return g;
-}
-
-void spin(const Gpu& g, unsigned us) {
-  void* params[] = {&us};
-  check(d.LaunchKernel(g.spin, g.grid, 1, 1, g.block, 1, 1, 0, g.stream, params, nullptr),
-        "cuLaunchKernel");
-}
-
-void sync(const Gpu& g) {
-  check(d.StreamSynchronize(g.stream), "cuStreamSynchronize");
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-std::string list(const std::vector<double>& v, int precision) {
-  std::ostringstream s;
-  s.precision(precision);
-  s << std::fixed << "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
-  s << "]";
-  return s.str();
-}
-
-std::string head(const Gpu& g, const char* unit) {
-  return "\"ok\":true,\"device\":\"" + g.name + "\",\"unit\":\"" + unit + "\"";
-}
 
 void run_launch(const Options& o, const Gpu& g) {
   std::vector<double> ns;
@@ -399,53 +115,77 @@ void run_mem(const Options& o, const Gpu& g) {
   for (CUdeviceptr p : held) d.MemFree(p);
 }
 
-// The throughput modes: one "unit" of work, then a sample at each sync.
+// The throughput modes: one "unit" of work, then a sample at each sync. Buffers and the graph
+// are made when a mode first needs them (ensure), so that a warm worker's rounds reuse them and
+// one worker can serve every throughput mode (a round's --mode).
 struct Work {
-  const Gpu* g;
-  const Options* o;
+  const Gpu* g = nullptr;
   CUdeviceptr a = 0, b = 0;
+  unsigned long long buffer_bytes = 0;
   CUgraphExec exec = nullptr;
-  void unit() const {
-    const std::string& m = o->mode;
+
+  void ensure(const Options& o) {
+    if ((o.mode == "copy" || o.mode == "mixed") && buffer_bytes < o.bytes) {
+      if (buffer_bytes > 0) {
+        d.MemFree(a);
+        d.MemFree(b);
+      }
+      check(d.MemAlloc(&a, o.bytes), "cuMemAlloc a");
+      check(d.MemAlloc(&b, o.bytes), "cuMemAlloc b");
+      buffer_bytes = o.bytes;
+    }
+    if (o.mode == "graph" && exec == nullptr) {
+      check(d.StreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture");
+      for (unsigned i = 0; i < o.graph_kernels; ++i) spin(*g, o.kernel_us);
+      CUgraph graph = nullptr;
+      check(d.StreamEndCapture(g->stream, &graph), "cuStreamEndCapture");
+      check(d.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
+    }
+  }
+
+  static const char* unit_name(const Options& o) {
+    if (o.mode == "copy") return "copy";
+    if (o.mode == "mixed") return "step";
+    if (o.mode == "graph") return "replay";
+    return "kernel";
+  }
+
+  void unit(const Options& o) const {
+    const std::string& m = o.mode;
     if (m == "spin" || m == "onoff") {
-      spin(*g, o->kernel_us);
+      spin(*g, o.kernel_us);
     } else if (m == "copy") {
-      check(d.MemcpyDtoDAsync(b, a, o->bytes, g->stream), "cuMemcpyDtoDAsync");
+      check(d.MemcpyDtoDAsync(b, a, o.bytes, g->stream), "cuMemcpyDtoDAsync");
     } else if (m == "mixed") {  // forward, a parameter/activation copy, backward
-      spin(*g, o->kernel_us);
-      check(d.MemcpyDtoDAsync(b, a, o->bytes, g->stream), "cuMemcpyDtoDAsync");
-      spin(*g, o->kernel_us * 2);
+      spin(*g, o.kernel_us);
+      check(d.MemcpyDtoDAsync(b, a, o.bytes, g->stream), "cuMemcpyDtoDAsync");
+      spin(*g, o.kernel_us * 2);
     } else {
       check(d.GraphLaunch(exec, g->stream), "cuGraphLaunch");
     }
   }
 };
 
-void run_throughput(const Options& o, const Gpu& g) {
-  Work w{&g, &o};
-  const char* unit = "kernel";
-  if (o.mode == "copy" || o.mode == "mixed") {
-    check(d.MemAlloc(&w.a, o.bytes), "cuMemAlloc a");
-    check(d.MemAlloc(&w.b, o.bytes), "cuMemAlloc b");
-    unit = o.mode == "copy" ? "copy" : "step";
-  }
-  if (o.mode == "graph") {
-    unit = "replay";
-    check(d.StreamBeginCapture(g.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture");
-    for (unsigned i = 0; i < o.graph_kernels; ++i) spin(g, o.kernel_us);
-    CUgraph graph = nullptr;
-    check(d.StreamEndCapture(g.stream, &graph), "cuStreamEndCapture");
-    check(d.GraphInstantiate(&w.exec, graph, 0), "cuGraphInstantiate");
-  }
-  const double warm_end = now_s() + o.warmup_ms / 1000.0;
+Work prepare_work(const Options& o, const Gpu& g) {
+  Work w;
+  w.g = &g;
+  w.ensure(o);
+  return w;
+}
+
+void warm(const Options& o, const Work& w, double seconds) {
+  const double end = now_s() + seconds;
   do {
-    w.unit();
-    sync(g);
-  } while (now_s() < warm_end);
-  ready_and_wait(o);
+    w.unit(o);
+    sync(*w.g);
+  } while (now_s() < end);
+}
+
+void measure_throughput(const Options& o, const Work& w) {
   const double t0 = now_s(), end = t0 + o.seconds;
   const double period = o.period_ms / 1000.0;
-  std::vector<double> ts{0}, units{0};
+  std::vector<double> ts{0};
+  std::vector<unsigned long long> units{0};
   unsigned long long done = 0;
   for (;;) {
     if (o.mode == "onoff" && std::fmod(now_s() - t0, 2 * period) >= period) {
@@ -454,24 +194,23 @@ void run_throughput(const Options& o, const Gpu& g) {
       const double next = (std::floor(rel / (2 * period)) + 1) * 2 * period;
       std::this_thread::sleep_for(std::chrono::duration<double>(std::min(next, o.seconds) - rel));
     } else {
-      for (unsigned i = 0; i < o.sync_every; ++i) w.unit();
-      sync(g);
+      for (unsigned i = 0; i < o.sync_every; ++i) w.unit(o);
+      sync(*w.g);
       done += o.sync_every;
     }
     const double t = now_s();
     ts.push_back(t - t0);
-    units.push_back(static_cast<double>(done));
+    units.push_back(done);
     if (t >= end || g_stop.load() || exists(o.stop_file)) break;
   }
-  std::vector<double> samples;
   std::ostringstream s;
   s.precision(6);
   s << std::fixed << "[";
   for (std::size_t i = 0; i < ts.size(); ++i)
-    s << (i ? "," : "") << "[" << ts[i] << "," << static_cast<unsigned long long>(units[i]) << "]";
+    s << (i ? "," : "") << "[" << ts[i] << "," << units[i] << "]";
   s << "]";
   const double secs = ts.back();
-  emit(o, head(g, unit) + ",\"t_start\":" + std::to_string(t0) +
+  emit(o, head(*w.g, Work::unit_name(o)) + ",\"t_start\":" + std::to_string(t0) +
               ",\"t_end\":" + std::to_string(t0 + secs) + ",\"seconds\":" + std::to_string(secs) +
               ",\"units\":" + std::to_string(done) +
               ",\"rate\":" + std::to_string(secs > 0 ? static_cast<double>(done) / secs : 0) +
@@ -479,58 +218,104 @@ void run_throughput(const Options& o, const Gpu& g) {
               ",\"bytes\":" + std::to_string(o.bytes) + ",\"samples\":" + s.str());
 }
 
-double pct(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size(), std::max<std::size_t>(rank, 1)) - 1];
+bool is_throughput(const std::string& m) {
+  return m == "spin" || m == "copy" || m == "mixed" || m == "graph" || m == "onoff";
 }
 
-void run_latency(const Options& o, const Gpu& g) {
-  using clock = std::chrono::steady_clock;
-  for (int i = 0; i < 50; ++i) {  // warm-up (JIT, first-launch costs, the tenant's grant)
-    spin(g, o.kernel_us);
-    sync(g);
-  }
-  ready_and_wait(o);
-  if (o.warmup_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.warmup_ms));
-  std::mt19937_64 rng(12345);
-  std::exponential_distribution<double> gap(1e6 / std::max<double>(1.0, o.think_us));
-  std::vector<double> lat_us;
-  const double t0 = now_s(), end = t0 + o.seconds;
-  auto arrival = clock::now();
-  while (lat_us.size() < o.requests && now_s() < end && !g_stop.load()) {
-    if (o.arrival == "poisson") {
-      arrival +=
-          std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(gap(rng)));
-      std::this_thread::sleep_until(arrival);
-    } else {
-      arrival = clock::now();
+// ---------------------------------------------------------------- warm worker (--serve)
+// Blocks until DIR/go.N exists (true) or the worker is to end (false): DIR/quit, SIGTERM, or
+// --idle-s without a round.
+bool wait_round(const Options& o, unsigned n, int inotify_fd) {
+  const std::string go = o.serve + "/go." + std::to_string(n), quit = o.serve + "/quit";
+  const double idle_end = now_s() + static_cast<double>(o.idle_s);
+  while (!g_stop.load() && now_s() < idle_end) {
+    if (exists(go)) return true;
+    if (exists(quit)) return false;
+    if (inotify_fd < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
     }
-    spin(g, o.kernel_us);
-    sync(g);
-    lat_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - arrival).count());
-    if (o.arrival == "regular" && o.think_us > 0)
-      std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
+    pollfd p{inotify_fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[4096];
+      while (read(inotify_fd, buf, sizeof buf) > 0) {
+      }
+    }
   }
-  const double t1 = now_s();
-  touch(o.stop_file);  // the batch tenants of the phase stop measuring
-  std::vector<double> s = lat_us;
-  std::sort(s.begin(), s.end());
-  auto ms = [&](double p) { return std::to_string(pct(s, p) / 1000.0); };
-  emit(o, head(g, "request") + ",\"arrival\":\"" + o.arrival +
-              "\",\"t_start\":" + std::to_string(t0) + ",\"t_end\":" + std::to_string(t1) +
-              ",\"requests\":" + std::to_string(lat_us.size()) + ",\"p50_ms\":" + ms(0.5) +
-              ",\"p90_ms\":" + ms(0.9) + ",\"p99_ms\":" + ms(0.99) + ",\"p999_ms\":" + ms(0.999) +
-              ",\"max_ms\":" + ms(1.0) + ",\"kernel_us\":" + std::to_string(o.kernel_us) +
-              ",\"lat_us\":" + list(lat_us, 1));
+  return false;
+}
+
+std::vector<std::string> round_args(const std::string& path) {
+  std::ifstream f(path);
+  return {std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+}
+
+// One round of a warm worker: its options are the command line's with the round's over them.
+// A round may switch the mode (--mode first): among the throughput modes (buffers and the graph
+// made on first use) or between launch and alloc. With --barrier, a throughput round warms up,
+// touches its --ready and waits for the barrier, so that every worker of a round starts
+// measuring together however long its warm-up took.
+void serve_round(const Options& base, Options o, std::vector<std::string> args, Work& w,
+                 const Gpu& g) {
+  if (args.size() >= 2 && args[0] == "--mode") {
+    const bool both_throughput = is_throughput(args[1]) && is_throughput(base.mode);
+    const bool both_oneshot = (args[1] == "launch" || args[1] == "alloc") &&
+                              (base.mode == "launch" || base.mode == "alloc");
+    if (!both_throughput && !both_oneshot)
+      fail(base, "--mode " + args[1] + " in a round of a " + base.mode + " worker");
+    o.mode = args[1];
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  o.ready.clear();
+  o.warmup_ms = 0;  // a round warms up only when it asks to
+  apply_args(o, args);
+  g_opts = o;
+  if (is_throughput(o.mode)) {
+    w.ensure(o);
+    if (o.warmup_ms > 0) warm(o, w, o.warmup_ms / 1000.0);
+    if (!o.barrier.empty()) ready_and_wait(o);
+    measure_throughput(o, w);
+  } else if (o.mode == "latency") {
+    run_latency(o, g);
+  } else if (o.mode == "launch") {
+    run_launch(o, g);
+  } else {
+    run_alloc(o, g);
+  }
+}
+
+void serve(const Options& base, const Gpu& g) {
+  Work w;
+  w.g = &g;
+  if (is_throughput(base.mode)) {
+    w.ensure(base);
+    warm(base, w, base.warmup_ms / 1000.0);
+  } else if (base.mode == "latency") {
+    prepare_latency(base, g);
+  } else if (base.mode != "launch" && base.mode != "alloc") {
+    fail(base, "--serve does not serve mode " + base.mode);
+  }
+  int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd >= 0 &&
+      inotify_add_watch(fd, base.serve.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE) < 0) {
+    close(fd);
+    fd = -1;  // polled instead
+  }
+  touch(base.ready);
+  Options round_base = base;
+  round_base.barrier.clear();
+  for (unsigned n = 1; wait_round(base, n, fd); ++n)
+    serve_round(base, round_base, round_args(base.serve + "/go." + std::to_string(n)), w, g);
+  if (fd >= 0) close(fd);
 }
 
 }  // namespace
+}  // namespace fgbench
 
 int main(int argc, char** argv) {
+  using namespace fgbench;
   g_opts = parse(argc, argv);
-  const Options& o = g_opts;
-  g_tag = o.tag;
+  const Options o = g_opts;
   struct sigaction action {};
   action.sa_handler = [](int) { g_stop.store(true); };
   sigemptyset(&action.sa_mask);
@@ -538,18 +323,25 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   load_driver(o);
   const Gpu g = open_gpu(o);
-  if (o.mode == "launch")
+  if (!o.serve.empty()) {
+    serve(o, g);
+  } else if (o.mode == "launch") {
     run_launch(o, g);
-  else if (o.mode == "alloc")
+  } else if (o.mode == "alloc") {
     run_alloc(o, g);
-  else if (o.mode == "mem")
+  } else if (o.mode == "mem") {
     run_mem(o, g);
-  else if (o.mode == "latency")
+  } else if (o.mode == "latency") {
+    prepare_latency(o, g);
+    ready_and_wait(o);
     run_latency(o, g);
-  else if (o.mode == "spin" || o.mode == "copy" || o.mode == "mixed" || o.mode == "graph" ||
-           o.mode == "onoff")
-    run_throughput(o, g);
-  else
+  } else if (is_throughput(o.mode)) {
+    const Work w = prepare_work(o, g);
+    warm(o, w, o.warmup_ms / 1000.0);
+    ready_and_wait(o);
+    measure_throughput(o, w);
+  } else {
     fail(o, "unknown mode " + o.mode);
+  }
   return 0;
 }
