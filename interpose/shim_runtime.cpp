@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -18,8 +19,10 @@
 #include "core/driver_calls.h"
 #include "core/hook_stats.h"
 #include "core/injection_policy.h"
+#include "core/mps_client_env.h"
 #include "core/shim_log.h"
 #include "driver_loader.h"
+#include "fracgpu/paths.h"
 
 namespace fracgpu::shim {
 
@@ -63,6 +66,31 @@ void tenant_after_fork_in_child() {
   g_tenancy->policies->swap.after_fork_in_child();
 }
 
+const char* environment_value(const char* name) {
+  return ::getenv(name);
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// A broker that runs MPS names its server in the register reply (core/mps_client_env.h):
+// exported here, at the first CUDA call and before the driver's cuInit, which is when the
+// driver reads them. setenv is not thread-safe against a concurrent getenv of the
+// application's; it runs once, inside the shim's one-time initialisation.
+void export_mps_environment(const MpsClientSettings& settings) {
+  if (settings.pipe_dir.empty()) return;
+  const MpsEnvironment env =
+      mps_environment(settings, &environment_value, &is_directory, paths::kContainerMpsPipeDir);
+  for (const std::string& warning : env.warnings)
+    FRACGPU_LOG(LogLevel::kWarn, "%s", warning.c_str());
+  for (const auto& [name, value] : env.set) ::setenv(name.c_str(), value.c_str(), 1);
+  if (!env.set.empty())
+    FRACGPU_LOG(LogLevel::kInfo, "MPS client of the broker's server (%s, priority %s)",
+                ::getenv("CUDA_MPS_PIPE_DIRECTORY"), ::getenv("CUDA_MPS_CLIENT_PRIORITY"));
+}
+
 // Registers with the tenant's broker at `socket_path` and sets up the policies. A process
 // that belongs to a tenant counts its open stream captures from the first CUDA call on, so
 // that nothing the shim does can invalidate one (core/capture_tracker.h). False when the
@@ -77,6 +105,7 @@ bool start_tenant(const std::string& socket_path, void* driver, std::string* err
   resolve_driver_calls(&driver_symbol, driver, &tenancy->fence_ops);
   FRACGPU_LOG(LogLevel::kInfo, "registered with tenant '%s' (slot %u)",
               tenancy->session.tenant().c_str(), tenancy->session.slot());
+  export_mps_environment(tenancy->session.mps());
   CaptureOps capture_ops;
   resolve_driver_calls(&driver_symbol, driver, &capture_ops);
   CaptureTracker::process().init(capture_ops);

@@ -28,10 +28,13 @@ void forward_signal(int sig, siginfo_t* info, void*) {
   if (child > 0 && info != nullptr && info->si_code != SI_KERNEL) ::kill(child, sig);
 }
 
+// No SA_RESTART: every call between here and restore_default_signals() retries on EINTR
+// itself, and a restarted waitpid() would keep a handler that a runtime runs only at its
+// next library call (ThreadSanitizer defers signals so) from ever forwarding.
 void install_forwarding() {
   struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   for (int sig : kForwarded) ::sigaction(sig, &sa, nullptr);
 }

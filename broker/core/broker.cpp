@@ -5,7 +5,9 @@
 // reclaims idle burst grants; the audit timer (--audit-interval, default 500 ms) compares
 // NVML's per-process usage with the books (audit_service.h). An update that sets only a
 // tenant's "pod" (the device plugin's attribution) skips admission, the quota files and
-// the scheduler: it changes labels, never quotas.
+// the scheduler: it changes labels, never quotas. With --mps the MPS control daemon
+// (mps_daemon.h) is started before the tenant sockets serve, and the schedulers follow
+// its state (MPS mode while it runs).
 #include "core/broker.h"
 
 #include <fcntl.h>
@@ -118,6 +120,7 @@ Status Broker::start() {
   registry_ = std::make_unique<TenantRegistry>(
       RegistryConfig{options_.run_dir, options_.state_dir, options_.reserve_bytes}, gpus_);
   if (auto s = registry_->prepare(); !s) return s;
+  start_mps();  // before any registration: the first processes are MPS clients already
   tracker_ = std::make_unique<ProcessTracker>(
       loop_,
       [this](const std::string& t, uint32_t slot, pid_t pid) { on_process_death(t, slot, pid); });
@@ -140,7 +143,9 @@ Status Broker::start() {
       [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
   audit_->open();
   audit_->note_grants();  // the grants as restored: the books check's starting record
-  compute_ = std::make_unique<ComputeService>(loop_, options_.compute);
+  ComputeConfig compute_config = options_.compute;
+  compute_config.mps = mps_ && mps_->running();
+  compute_ = std::make_unique<ComputeService>(loop_, compute_config);
   compute_->set_tracker(tracker_.get());  // its ports read the registered slots only
   // Once per batch of deaths, not per death: a pass of the schedulers is O(tenants).
   tracker_->set_batch_done([this] {
@@ -168,9 +173,22 @@ Status Broker::start() {
   return {};
 }
 
+// --mps: the daemon, and MPS mode for the schedulers while it runs. Never fails the start:
+// a daemon that cannot run leaves the broker time-slicing (mps_daemon.h).
+void Broker::start_mps() {
+  if (!options_.mps) return;
+  mps_ =
+      std::make_unique<MpsDaemon>(loop_, MpsDaemonOptions{options_.mps_control, options_.run_dir});
+  mps_->set_on_change([this](bool running) {
+    if (compute_) compute_->set_mps(running);
+  });
+  mps_->start_and_wait(5000);
+}
+
 Status Broker::open_tenant_socket(Tenant& tenant) {
   auto server = std::make_unique<TenantSocketServer>(
-      loop_, TenantServices{*registry_, *tracker_, *reconciler_, arbiter_, audit_.get()},
+      loop_,
+      TenantServices{*registry_, *tracker_, *reconciler_, arbiter_, audit_.get(), mps_.get()},
       tenant.spec.name);
   if (auto s = server->listen(); !s) return s;
   tenant_servers_[tenant.spec.name] = std::move(server);
@@ -185,6 +203,7 @@ void Broker::adopt_processes(Tenant& tenant) {
     ProcessSlot& s = ledger.processes[i];
     if (static_cast<SlotState>(s.state.load()) != SlotState::kLive) continue;
     if (tracker_->watch(tenant.spec.name, i, s.pid.load(), s.start_time.load())) {
+      if (mps_) mps_->adopt_client(s.pid.load());  // counts its uid (mps_daemon.h)
       ++adopted;
     } else {
       ledger::mark_dead(ledger, i);
@@ -201,6 +220,7 @@ void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid)
   Tenant* tenant = registry_->find(name);
   if (tenant == nullptr) return;
   reconciler_->process_died(*tenant, slot);  // the schedulers re-run after the batch
+  if (mps_) mps_->client_exited(pid);
   spdlog::info("tenant {}: pid {} (slot {}) exited; memory reclaimed", name, pid, slot);
 }
 
@@ -298,9 +318,26 @@ nlohmann::json Broker::list_tenants() {
 
 nlohmann::json Broker::list_gpus() {
   nlohmann::json list = gpus_json(gpus_, options_.reserve_bytes);
-  for (std::size_t i = 0; i < list.size() && i < gpus_.gpus.size(); ++i)
+  // How the GPUs are shared: "time-slice", or "mps" with the daemon's state.
+  const nlohmann::json sharing =
+      mps_ ? mps_->status_json() : nlohmann::json{{"mode", "time-slice"}};
+  for (std::size_t i = 0; i < list.size() && i < gpus_.gpus.size(); ++i) {
     if (audit_) list[i]["audit"] = audit_->gpu_json(gpus_.gpus[i]);
+    list[i]["sharing"] = sharing;
+  }
   return list;
+}
+
+// Registered processes still alive, over all tenants (at shutdown: may MPS quit?).
+unsigned Broker::live_processes() {
+  unsigned live = 0;
+  if (!registry_) return live;
+  for (Tenant* t : registry_->all())
+    for (const ProcessSlot& s : t->ledger().processes)
+      if (s.state.load() == static_cast<uint32_t>(SlotState::kLive) &&
+          process_start_time(s.pid.load()) == std::optional<uint64_t>(s.start_time.load()))
+        ++live;
+  return live;
 }
 
 void Broker::notify_ready() {
@@ -312,6 +349,8 @@ void Broker::notify_ready() {
 }
 
 void Broker::shutdown() {
+  if (mps_) mps_->shutdown(live_processes());
+  mps_.reset();
   if (metrics_) metrics_->stop();
   metrics_.reset();
   if (admin_) admin_->shutdown(true);

@@ -20,6 +20,7 @@
 #include "core/ledger_reconciler.h"
 #include "core/memory_arbiter.h"
 #include "core/metrics_server.h"
+#include "core/mps_daemon.h"
 #include "core/process_tracker.h"
 #include "core/tenant_registry.h"
 #include "core/tenant_socket_server.h"
@@ -52,6 +53,8 @@ class Broker : public AdminBackend {
   void maintenance_tick();
   int kill_tenant_processes(const std::string& tenant);
   void notify_ready();
+  void start_mps();
+  unsigned live_processes();
   void shutdown();
 
   BrokerOptions options_;
@@ -68,6 +71,7 @@ class Broker : public AdminBackend {
   std::unique_ptr<AuditService> audit_;
   std::unique_ptr<GuaranteeEnforcer> enforcer_;
   std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<MpsDaemon> mps_;  // --mps only
   int lock_fd_ = -1;
   unsigned ticks_ = 0;
   bool enforce_due_ = true;  // an admin change may have shrunk a GPU's unguaranteed pool

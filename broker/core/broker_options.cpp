@@ -52,6 +52,23 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
       ->check(CLI::Range(10, 600000));
   app.add_flag("--no-burst-guard", o.no_burst_guard,
                "Do not hold lower classes back before a high-priority tenant's regular bursts");
+  app.add_flag("--mps", o.mps,
+               "Run an NVIDIA MPS control daemon and make every tenant process its client, so "
+               "that a high-priority tenant's kernels run beside the GPU holder's instead of "
+               "waiting for a context switch (shares, ceilings, priorities and memory caps stay "
+               "fracgpu's; see docs/configuration.md, MPS mode)");
+  app.add_option("--mps-control", o.mps_control,
+                 "The MPS control daemon program for --mps (default nvidia-cuda-mps-control, "
+                 "found on PATH)");
+  app.add_option("--mps-high-inflight-us", o.mps_high_inflight_us,
+                 "With --mps: GPU work (us) other tenants may keep queued while a high-priority "
+                 "tenant is active (default 500)")
+      ->check(CLI::Range(50, 100000));
+  app.add_option("--mps-guard-lead-us", o.mps_guard_lead_us,
+                 "With --mps: how much earlier (us) lower classes stop launching before a "
+                 "high-priority tenant's predicted burst, so that no kernel of theirs is still "
+                 "running when it comes (default 0; docs/configuration.md, MPS mode)")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--nvml", o.nvml,
                  "NVML library the audit reads per-process GPU memory from (default "
                  "libnvidia-ml.so.1; the audit is off, with one log line, where it cannot load)");
@@ -104,6 +121,9 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.compute.low_starvation_ns = int64_t{o.low_starvation_ms} * 1'000'000;
   o.compute.drain_timeout_ns = int64_t{o.drain_timeout_ms} * 1'000'000;
   o.compute.burst_guard = !o.no_burst_guard;
+  o.compute.mps_high_inflight_us = static_cast<uint32_t>(o.mps_high_inflight_us);
+  o.compute.mps_guard_lead_us = static_cast<uint32_t>(o.mps_guard_lead_us);
+  if (o.mps && o.mps_control.empty()) return Status::failure("--mps-control must name a program");
   auto tolerance = parse_size_allow_zero(o.audit_tolerance, "--audit-tolerance");
   if (!tolerance) return Status::failure(tolerance.error());
   if (o.audit_action != "log" && o.audit_action != "kill")

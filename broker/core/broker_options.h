@@ -38,6 +38,12 @@ struct BrokerOptions {
   int low_starvation_ms = 2000;
   int drain_timeout_ms = 1000;
   bool no_burst_guard = false;
+  // MPS mode (docs/configuration.md, "MPS mode"): the broker runs an MPS control daemon
+  // and its tenants' processes become MPS clients; scheduling stays fracgpu's.
+  bool mps = false;
+  std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control PATH (or name on PATH)
+  int mps_high_inflight_us = 500;                       // --high-inflight-us under MPS
+  int mps_guard_lead_us = 0;                            // the burst guard's extra lead
   // Audit backstop (issue 12): NVML usage against the books, and the books check.
   std::string nvml = "libnvidia-ml.so.1";  // --nvml PATH
   int audit_interval_ms = 500;             // 0 = no NVML audit (the books check stays on)

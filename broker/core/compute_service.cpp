@@ -252,6 +252,13 @@ void ComputeService::sync(TenantRegistry& registry) {
   run();
 }
 
+void ComputeService::set_mps(bool on) {
+  if (config_.mps == on) return;
+  config_.mps = on;
+  for (auto& [gpu, scheduler] : gpus_) scheduler.set_mps(on);
+  run();
+}
+
 // Every pass renews the broker's lease in each tenant's quota (tenant_segment.h,
 // "Liveness"): while any thread waits at a gate, the schedulers run at least every 250 ms.
 void ComputeService::run() {

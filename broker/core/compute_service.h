@@ -38,6 +38,10 @@ class ComputeService {
   void set_tracker(const ProcessTracker* tracker) { tracker_ = tracker; }
   // Something changed outside the ledgers' view (a process died): re-run now.
   void poke() { run(); }
+  // MPS mode follows the broker's MPS control daemon (core/mps_daemon.h): on while it
+  // runs, off while it is down or restarting. Schedulers created later inherit it.
+  void set_mps(bool on);
+  bool mps() const { return config_.mps; }
   std::optional<ComputeStatus> status(const std::string& tenant, uint32_t gpu) const;
   // Handoffs and grant waits of a GPU since the broker started (nullopt: never scheduled).
   std::optional<GpuComputeCounters> gpu_counters(uint32_t gpu) const;

@@ -25,7 +25,12 @@
 //    others get the whole share they would get without it.
 //  * high tenants are always granted and never wait; while one is active (launched
 //    within high_hold), every other tenant on the GPU keeps at most high_inflight_us
-//    of GPU work in flight, so a high launch waits at most that plus one kernel.
+//    of GPU work in flight, so a high launch waits at most that plus one kernel. In MPS
+//    mode (the tenants' processes are clients of one MPS server, docs/design.md "MPS
+//    mode") the high tenant's kernel runs beside the holder's without a context switch,
+//    and what it waits for is the lower-class kernel running when it arrives: the bound
+//    is mps_high_inflight_us, and the burst guard leads by mps_guard_lead_us more, so
+//    that no lower-class kernel launched before a predicted burst still runs when it comes.
 // It also counts, for monitoring (tenant_metrics.h), each tenant's time waiting for the
 // GPU, the GPU's handoffs and a histogram of grant waits: a few additions per grant or
 // wait change, never read on a decision.
@@ -59,7 +64,17 @@ struct ComputeConfig {
   uint32_t contended_inflight_us = 4000;
   uint32_t shared_inflight_us = 50000;  // others have processes on the GPU but are idle
   uint32_t high_inflight_us = 500;
+  // MPS mode: on while the broker's MPS control daemon runs (ComputeService::set_mps);
+  // lower classes then keep at most mps_high_inflight_us queued while a high tenant is active.
+  bool mps = false;
+  uint32_t mps_high_inflight_us = 500;
+  // MPS mode: how much earlier than in time-slice mode the burst guard stops lower-class
+  // launches (GpuScheduler::apply_guard). 0 by default: see there.
+  uint32_t mps_guard_lead_us = 0;
   bool burst_guard = true;  // hold lower classes back before a high tenant's regular bursts
+
+  // The bound on lower classes while a high tenant is active, in the current mode.
+  uint32_t behind_high_inflight_us() const { return mps ? mps_high_inflight_us : high_inflight_us; }
 };
 
 // One tenant on one GPU as the scheduler sees it (LedgerPort in the broker).
@@ -164,6 +179,9 @@ class GpuScheduler {
   int64_t step(int64_t now);
   std::optional<ComputeStatus> status(const std::string& tenant, int64_t now) const;
   const GpuComputeCounters& counters() const { return counters_; }
+  // MPS mode on or off (ComputeConfig::mps); the bounds change at the next step.
+  void set_mps(bool on) { config_.mps = on; }
+  bool mps() const { return config_.mps; }
   bool empty() const { return entries_.empty(); }
 
  private:

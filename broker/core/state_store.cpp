@@ -15,6 +15,8 @@
 #include <set>
 #include <sstream>
 
+#include "fracgpu/protocol.h"
+
 namespace fracgpu::broker {
 namespace {
 
@@ -40,6 +42,19 @@ InvalidTenantEntry invalid_entry(const nlohmann::json& entry, std::size_t index,
   const std::string name = entry_label(entry, index);
   return {name, entry,
           "tenant " + name + " (entry " + std::to_string(index + 1) + " of tenants.json): " + why};
+}
+
+// tenants.json records every limit in bytes: admission replaces a create's "available"
+// before the tenant is saved. One found there (a hand-edited file) would otherwise be
+// restored as a limit of 0 bytes and written back as one that no longer reads.
+std::string unresolved_limit(const TenantSpec& spec) {
+  for (std::size_t d = 0; d < spec.devices.size(); ++d) {
+    if (spec.devices[d].memory_limit == kMemoryLimitAvailable) {
+      return "devices[" + std::to_string(d) + "].memory_limit \"" + protocol::kAvailableMemory +
+             "\" is only for creating a tenant; tenants.json gives the limit in bytes";
+    }
+  }
+  return {};
 }
 
 std::string utc_stamp() {
@@ -105,6 +120,8 @@ Result<StoredTenants> StateStore::load() const {
     auto spec = tenant_spec_from_json(list[i]);
     if (!spec) {
       out.invalid.push_back(invalid_entry(list[i], i, spec.error()));
+    } else if (const std::string why = unresolved_limit(*spec); !why.empty()) {
+      out.invalid.push_back(invalid_entry(list[i], i, why));
     } else if (!names.insert(spec->name).second) {
       out.invalid.push_back(invalid_entry(list[i], i, "a second entry with the same name"));
     } else {

@@ -122,6 +122,11 @@ void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, 
     slot.memory_grant.store(grant);
   }
   slot.memory_limit.store(d.memory_limit);
+  // lower_grant raises the grant back over what is in use, up to the limit it read: the
+  // old one when the limit comes down. A tenant using more than its new limit keeps
+  // that memory, but its grant drops to the new limit (docs/configuration.md, "Updates"),
+  // so that further allocations fail and the quota stays within [request, limit].
+  if (slot.memory_grant.load() > d.memory_limit) slot.memory_grant.store(d.memory_limit);
   slot.memory_request.store(d.memory_request);
   slot.context_footprint.store(gpu ? gpu->context_footprint : slot.context_footprint.load());
   slot.compute_weight.store(d.compute);

@@ -11,6 +11,7 @@
 
 #include "core/audit_service.h"
 #include "core/ledger_ops.h"
+#include "core/mps_daemon.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
@@ -57,6 +58,27 @@ std::optional<std::string> protocol_problem(const json& request) {
     return "unsupported protocol " + std::to_string(it->get<int64_t>()) + " (this broker speaks " +
            std::to_string(protocol::kVersion) + ")";
   return std::nullopt;
+}
+
+// MPS client priority of a tenant's processes (CUDA_MPS_CLIENT_PRIORITY, per process, so
+// per tenant): 0 (normal) when it is high on any of its GPUs, else 1 (below normal).
+int mps_client_priority(const TenantSpec& spec) {
+  for (const DeviceSpec& d : spec.devices)
+    if (d.priority == PriorityClass::kHigh) return 0;
+  return 1;
+}
+
+// --mps: what the registering process needs to become a client of the broker's MPS server
+// (protocol.h, minor 1), unless the daemon is down or serves another uid (mps_daemon.h).
+void add_mps_fields(json& reply, MpsDaemon& mps, const Tenant& tenant, const Peer& peer) {
+  if (auto refusal = mps.admit_client(peer.cred.pid, peer.cred.uid)) {
+    spdlog::info("tenant {}: pid {} is not made an MPS client (it time-slices): {}",
+                 tenant.spec.name, peer.cred.pid, *refusal);
+    return;
+  }
+  reply["mps_pipe_dir"] = mps.pipe_dir();
+  reply["mps_log_dir"] = mps.log_dir();
+  reply["mps_client_priority"] = mps_client_priority(tenant.spec);
 }
 
 std::string uid_list(const std::vector<uint32_t>& uids) {
@@ -151,10 +173,12 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
                peer.cred.uid, *slot);
   json reply = ok_reply();
   reply["protocol"] = protocol::kVersion;
+  reply["protocol_minor"] = protocol::kMinorVersion;
   reply["tenant"] = tenant.spec.name;
   reply["slot"] = *slot;
   reply["quota"] = protocol::kQuotaFileName;
   reply["ledger_fd"] = true;
+  if (services_.mps != nullptr) add_mps_fields(reply, *services_.mps, tenant, peer);
   return reply;
 }
 

@@ -2,7 +2,8 @@
 // Identity is the socket itself plus SO_PEERCRED: at accept only root, the broker's uid
 // and the tenant's owners are admitted (registration_refusal); "register" gives the
 // calling process a ledger slot (re-using its live slot after a broker restart), starts
-// watching it and passes it the ledger as a descriptor; "view" passes a read-only one;
+// watching it and passes it the ledger as a descriptor (with --mps, also the MPS pipe
+// directory and the process's client priority); "view" passes a read-only one;
 // "burst" asks the MemoryArbiter for grant above the guaranteed request.
 #pragma once
 
@@ -28,6 +29,7 @@ std::optional<std::string> registration_refusal(const TenantSpec& spec, uid_t pe
                                                 uid_t broker_uid);
 
 class AuditService;  // audit_service.h
+class MpsDaemon;     // mps_daemon.h
 
 struct TenantServices {
   TenantRegistry& registry;
@@ -35,6 +37,7 @@ struct TenantServices {
   LedgerReconciler& reconciler;
   MemoryArbiter& arbiter;
   AuditService* audit = nullptr;  // books check: flagged tenants get no burst (handle_burst)
+  MpsDaemon* mps = nullptr;       // --mps: registrations learn the MPS pipe and priority
 };
 
 class TenantSocketServer {

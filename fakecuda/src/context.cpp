@@ -13,8 +13,9 @@ Context::Context(Driver& driver, uint32_t device, unsigned flags, bool primary)
       primary_(primary),
       id_(driver.next_id()),
       flags_(flags) {
-  queue_ = std::make_shared<StreamQueue>(driver.layout(), device, &driver.process_record(),
-                                         driver.engine_party(id_), driver.allocations);
+  queue_ =
+      std::make_shared<StreamQueue>(driver.layout(), device, &driver.process_record(),
+                                    driver.engine_party(id_), driver.allocations, driver.mps());
   default_stream_ = std::make_shared<Stream>(queue_, handle(), device, 0, 0, driver.next_id());
 }
 
@@ -29,6 +30,9 @@ CUresult Context::synchronize() {
 
 CUresult create_context(Driver& driver, uint32_t device, unsigned flags, bool primary,
                         std::shared_ptr<Context>& out) {
+  // Like the real MPS server after a client's fatal fault (mps_state.h).
+  if (driver.mps() != nullptr && driver.mps()->refuses_contexts(device))
+    return CUDA_ERROR_MPS_SERVER_NOT_READY;
   uint64_t footprint = driver.context_footprint();
   if (!driver.memory().charge(device, footprint)) return CUDA_ERROR_OUT_OF_MEMORY;
   try {

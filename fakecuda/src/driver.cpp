@@ -99,7 +99,8 @@ uint32_t parse_visible_devices(const char* text, uint32_t physical_count,
 
 }  // namespace
 
-bool Driver::start(std::string& error) {
+bool Driver::start(std::string& error, CUresult& failure) {
+  failure = CUDA_ERROR_OPERATING_SYSTEM;
   if (!segment_.open(shared_segment_name(kLogPrefix), true, kLogPrefix, error)) return false;
   processes_ = std::make_unique<ProcessTable>(segment_.layout());
   process_slot_ = processes_->register_self();
@@ -110,6 +111,12 @@ bool Driver::start(std::string& error) {
   pid_ = processes_->slot(process_slot_).pid;
   start_time_ = processes_->slot(process_slot_).start_time;
   memory_ = std::make_unique<MemoryAccounting>(segment_.layout(), processes_.get(), process_slot_);
+  mps_ = MpsClient::join(segment_.layout(), process_slot_, pid_, start_time_, &failure);
+  if (failure != CUDA_SUCCESS) {
+    error = "cannot join the MPS server of " + mps_pipe_directory();
+    processes_->retire(process_slot_);
+    return false;
+  }
   visible_count_ =
       parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), physical_device_count(), visible_);
   for (uint32_t device = 0; device < physical_device_count(); ++device) {
@@ -133,6 +140,7 @@ void Driver::stop() {
   }
   virtual_memory.release_all(memory());
   release_all_arrays(*this);
+  mps_.reset();
   processes_->retire(process_slot_);
   segment_.close();
 }
@@ -157,9 +165,10 @@ CUresult initialize_driver(unsigned flags) {
   if (current_driver() != nullptr) return CUDA_SUCCESS;
   auto driver = std::make_unique<Driver>();
   std::string error;
-  if (!driver->start(error)) {
+  CUresult failure = CUDA_SUCCESS;
+  if (!driver->start(error, failure)) {
     std::fprintf(stderr, "%s: cuInit failed: %s\n", kLogPrefix, error.c_str());
-    return CUDA_ERROR_OPERATING_SYSTEM;
+    return failure;
   }
   if (driver->device_count() == 0) {  // CUDA_VISIBLE_DEVICES hides every device
     driver->stop();

@@ -16,6 +16,7 @@
 #include "allocation_registry.h"
 #include "handle_registry.h"
 #include "memory_accounting.h"
+#include "mps_client.h"
 #include "process_table.h"
 #include "shared_segment.h"
 #include "virtual_memory.h"
@@ -37,8 +38,10 @@ class Driver {
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
 
-  // Maps the shared device and registers this process; false + `error` on failure.
-  bool start(std::string& error);
+  // Maps the shared device, registers this process and joins the MPS server of
+  // CUDA_MPS_PIPE_DIRECTORY if a fake daemon serves it; false + `error` (and the
+  // CUresult cuInit returns) on failure.
+  bool start(std::string& error, CUresult& failure);
   // Releases everything this process holds on the device (test hook only).
   void stop();
 
@@ -65,6 +68,8 @@ class Driver {
   ProcessTable& processes() { return *processes_; }
   MemoryAccounting& memory() { return *memory_; }
   EngineParty engine_party(uint64_t executor_id) const;
+  // This process's MPS server membership (null: an ordinary, time-sliced context).
+  MpsClient* mps() const { return mps_.get(); }
   uint64_t next_id() { return next_id_.fetch_add(1); }
 
   HandleRegistry handles;
@@ -81,6 +86,7 @@ class Driver {
   SharedSegment segment_;
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<MemoryAccounting> memory_;
+  std::unique_ptr<MpsClient> mps_;
   int process_slot_ = -1;
   std::array<uint32_t, kMaxDevices> visible_{};
   uint32_t visible_count_ = 0;

@@ -8,8 +8,10 @@
 namespace fakecuda {
 
 EngineSession::EngineSession(SegmentLayout* layout, uint32_t device, ProcessRecord* process,
-                             EngineParty self)
+                             EngineParty self, MpsClient* mps)
     : engine_(&layout->engines[device], self),
+      mps_(mps),
+      self_(self),
       engine_record_(&layout->engines[device]),
       device_(&layout->devices[device]),
       process_(process),
@@ -39,6 +41,11 @@ void EngineSession::yield_if_slice_over() {
 }
 
 void EngineSession::occupy(int64_t duration_ns) {
+  if (mps_ != nullptr) {
+    if (!mps_->occupy(device_index_, self_.executor_id, demand_, duration_ns))
+      mps_failure_ = CUDA_ERROR_MPS_CONNECTION_FAILED;
+    return;
+  }
   int64_t remaining = duration_ns;
   while (remaining > 0) {
     start_holding();
@@ -78,7 +85,7 @@ void EngineSession::count_kernel() {
 }
 
 void EngineSession::release() {
-  if (!holding_) return;
+  if (mps_ != nullptr || !holding_) return;
   engine_.release();
   holding_ = false;
 }

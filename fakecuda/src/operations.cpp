@@ -6,6 +6,7 @@
 
 #include "allocation_registry.h"
 #include "capture.h"
+#include "device_attributes.h"
 #include "stream.h"
 #include "stream_queue.h"
 
@@ -66,6 +67,13 @@ void execute_memcpy(const MemcpyOp& op, WorkScope& scope) {
   });
 }
 
+// The fraction of the SMs a launch can occupy: its blocks over the SM count, at most all
+// of them (what an MPS client's kernel takes of the device, mps_state.h).
+double sm_demand(const KernelLaunch& launch) {
+  const double blocks = static_cast<double>(launch.grid[0]) * launch.grid[1] * launch.grid[2];
+  return std::min(1.0, blocks / kMultiprocessorCount);
+}
+
 }  // namespace
 
 int64_t transfer_time_ns(size_t bytes) {
@@ -89,6 +97,9 @@ CUgraphNodeType node_type(const Operation& op) {
 }
 
 void execute_operation(const Operation& op, WorkScope& scope) {
+  const auto* kernel_launch = std::get_if<KernelLaunch>(&op);
+  // Copies and sets take the whole device (an MPS client's share, mps_state.h).
+  scope.engine.set_demand(kernel_launch != nullptr ? sm_demand(*kernel_launch) : 1.0);
   std::visit(
       Overloaded{
           [](const EmptyOp&) {},

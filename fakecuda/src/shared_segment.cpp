@@ -43,6 +43,7 @@ void fill_new_layout(SegmentLayout* layout, const DeviceConfig& config) {
     init_engine_guard(&layout->engines[d].guard);
     layout->engines[d].next_ticket = 1;
   }
+  for (MpsServerRecord& server : layout->mps_servers) init_engine_guard(&server.guard);
 }
 
 SegmentLayout* map_layout(int fd) {

@@ -15,11 +15,12 @@
 #include <string>
 
 #include "config.h"
+#include "mps_state.h"
 
 namespace fakecuda {
 
 inline constexpr uint64_t kSegmentMagic = 0x4655'4b45'4355'4441ull;  // "FUKECUDA"
-inline constexpr uint32_t kSegmentLayoutVersion = 4;
+inline constexpr uint32_t kSegmentLayoutVersion = 5;                 // 5: MPS server records
 inline constexpr uint32_t kMaxProcesses = 256;
 inline constexpr uint32_t kMaxEngineWaiters = 64;
 
@@ -81,6 +82,7 @@ struct SegmentLayout {
   DeviceRecord devices[kMaxDevices];
   EngineRecord engines[kMaxDevices];
   ProcessRecord processes[kMaxProcesses];
+  MpsServerRecord mps_servers[kMaxMpsServers];  // simulated MPS (mps_state.h)
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

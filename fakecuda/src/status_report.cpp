@@ -5,7 +5,12 @@
 //                 "engine_owner_pid": N, "engine_waiters": N, "engine_handoffs": N,
 //                 "overlap_violations": N,
 //                 "processes": [{"pid": N, "alive": true, "used_bytes": N,
-//                                "busy_us": N, "kernels_executed": N}, ...]}, ...]}
+//                                "busy_us": N, "kernels_executed": N}, ...]}, ...],
+//    "mps_servers": [{"pid": N, "pipe_dir": "...", "state": "running"|"stopping",
+//                     "uid": N|null, "clients": [{"pid": N, "uid": N, "priority": 0|1}],
+//                     "faults": [N per device]}]}
+// A process that is an MPS client also carries "mps_server_pid" and "mps_priority".
+// Under MPS, busy time is SM time (the fraction of the SMs held x wall time).
 // A process is listed under a device while it is alive, and after it exited if it
 // ever ran work there (its busy time stays visible until its slot is recycled).
 #include "status_report.h"
@@ -23,12 +28,19 @@ bool listed(const ProcessRecord& process, uint32_t state, uint32_t device) {
   return process.busy_ns[device].load() != 0 || process.kernels[device].load() != 0;
 }
 
-void write_process(std::ostringstream& out, const ProcessRecord& process, bool alive,
-                   uint32_t device) {
+void write_process(std::ostringstream& out, const SegmentLayout* layout,
+                   const ProcessRecord& process, bool alive, uint32_t device) {
   out << "{\"pid\": " << process.pid << ", \"alive\": " << (alive ? "true" : "false")
       << ", \"used_bytes\": " << process.used_bytes[device].load()
       << ", \"busy_us\": " << process.busy_ns[device].load() / 1000
-      << ", \"kernels_executed\": " << process.kernels[device].load() << "}";
+      << ", \"kernels_executed\": " << process.kernels[device].load();
+  uint32_t client = 0;
+  if (const MpsServerRecord* server =
+          alive ? mps_server_of(layout, process.pid, process.start_time, &client) : nullptr) {
+    out << ", \"mps_server_pid\": " << server->daemon_pid
+        << ", \"mps_priority\": " << server->clients[client].priority;
+  }
+  out << "}";
 }
 
 void write_device(std::ostringstream& out, SegmentLayout* layout, uint32_t device) {
@@ -49,7 +61,7 @@ void write_device(std::ostringstream& out, SegmentLayout* layout, uint32_t devic
     if (!listed(process, state, device)) continue;
     if (!first) out << ", ";
     first = false;
-    write_process(out, process, state == static_cast<uint32_t>(ProcessState::Live), device);
+    write_process(out, layout, process, state == static_cast<uint32_t>(ProcessState::Live), device);
   }
   out << "]}";
 }
@@ -63,6 +75,42 @@ std::string quoted(const std::string& text) {
   return result + "\"";
 }
 
+void write_mps_servers(std::ostringstream& out, SegmentLayout* layout) {
+  out << ", \"mps_servers\": [";
+  bool first = true;
+  for (MpsServerRecord& server : layout->mps_servers) {
+    const uint32_t state = server.state.load();
+    if (state != static_cast<uint32_t>(MpsServerState::Running) &&
+        state != static_cast<uint32_t>(MpsServerState::Stopping))
+      continue;
+    if (!process_alive(server.daemon_pid, server.daemon_start_time)) continue;
+    MpsLock lock(layout, server);
+    mps_purge_dead(layout, server);
+    out << (first ? "" : ", ") << "{\"pid\": " << server.daemon_pid
+        << ", \"pipe_dir\": " << quoted(server.pipe_dir) << ", \"state\": \""
+        << (state == static_cast<uint32_t>(MpsServerState::Running) ? "running" : "stopping")
+        << "\", \"uid\": ";
+    if (server.uid_set != 0)
+      out << server.uid;
+    else
+      out << "null";
+    out << ", \"clients\": [";
+    bool first_client = true;
+    for (const MpsClientRecord& c : server.clients) {
+      if (c.in_use == 0) continue;
+      out << (first_client ? "" : ", ") << "{\"pid\": " << c.pid << ", \"uid\": " << c.uid
+          << ", \"priority\": " << c.priority << "}";
+      first_client = false;
+    }
+    out << "], \"faults\": [";
+    for (uint32_t d = 0; d < layout->device_count; ++d)
+      out << (d ? ", " : "") << server.devices[d].faults;
+    out << "]}";
+    first = false;
+  }
+  out << "]";
+}
+
 }  // namespace
 
 std::string status_json(SegmentLayout* layout, const std::string& segment_name) {
@@ -74,7 +122,9 @@ std::string status_json(SegmentLayout* layout, const std::string& segment_name) 
     if (device != 0) out << ", ";
     write_device(out, layout, device);
   }
-  out << "]}\n";
+  out << "]";
+  write_mps_servers(out, layout);
+  out << "}\n";
   return out.str();
 }
 

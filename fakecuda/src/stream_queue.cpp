@@ -11,8 +11,8 @@
 namespace fakecuda {
 
 StreamQueue::StreamQueue(SegmentLayout* layout, uint32_t device, ProcessRecord* process,
-                         EngineParty self, const AllocationRegistry& memory)
-    : engine_(layout, device, process, self), memory_(memory) {
+                         EngineParty self, const AllocationRegistry& memory, MpsClient* mps)
+    : engine_(layout, device, process, self, mps), memory_(memory) {
   // Block all signals while spawning so the executor never runs application handlers.
   sigset_t all, previous;
   sigfillset(&all);
@@ -66,9 +66,16 @@ uint64_t StreamQueue::last_enqueued() const {
   return next_sequence_ - 1;
 }
 
-void StreamQueue::fail(CUresult error) {
+bool StreamQueue::adopt_error(CUresult error) const {
   CUresult expected = CUDA_SUCCESS;
-  sticky_error_.compare_exchange_strong(expected, error);
+  return sticky_error_.compare_exchange_strong(expected, error);
+}
+
+// A fatal fault of an MPS client is a fault of its server on this device: every client
+// of the server gets it (mps_state.h).
+void StreamQueue::fail(CUresult error) {
+  if (adopt_error(error) && error == CUDA_ERROR_ILLEGAL_ADDRESS && !engine_.mps_fault_reached())
+    engine_.report_mps_fault();
 }
 
 bool StreamQueue::next_work(Work& work, uint64_t& sequence) {
@@ -99,6 +106,8 @@ void StreamQueue::run() {
     } catch (...) {
       fail(CUDA_ERROR_UNKNOWN);  // never let an exception end the executor thread
     }
+    if (const CUresult lost = engine_.take_mps_failure(); lost != CUDA_SUCCESS) fail(lost);
+    if (engine_.mps_fault_reached()) adopt_error(CUDA_ERROR_ILLEGAL_ADDRESS);
     work = nullptr;  // drop captured resources before reporting completion
     {
       std::lock_guard lock(mutex_);

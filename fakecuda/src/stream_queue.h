@@ -35,7 +35,7 @@ class StreamQueue {
   using Work = std::function<void(WorkScope&)>;
 
   StreamQueue(SegmentLayout* layout, uint32_t device, ProcessRecord* process, EngineParty self,
-              const AllocationRegistry& memory);
+              const AllocationRegistry& memory, MpsClient* mps = nullptr);
   ~StreamQueue();
   StreamQueue(const StreamQueue&) = delete;
   StreamQueue& operator=(const StreamQueue&) = delete;
@@ -50,13 +50,19 @@ class StreamQueue {
   void shutdown();
 
   // First asynchronous error of this context (CUDA_SUCCESS while healthy). Like the
-  // real driver's sticky errors, it is reported by every later synchronisation.
-  CUresult sticky_error() const { return sticky_error_.load(); }
+  // real driver's sticky errors, it is reported by every later synchronisation. An MPS
+  // client also gets the fatal faults of the other clients of its server on this device.
+  CUresult sticky_error() const {
+    if (sticky_error_.load() == CUDA_SUCCESS && engine_.mps_fault_reached())
+      adopt_error(CUDA_ERROR_ILLEGAL_ADDRESS);
+    return sticky_error_.load();
+  }
   void fail(CUresult error);
 
  private:
   void run();
   bool next_work(Work& work, uint64_t& sequence);
+  bool adopt_error(CUresult error) const;
 
   EngineSession engine_;
   const AllocationRegistry& memory_;
@@ -67,7 +73,7 @@ class StreamQueue {
   uint64_t next_sequence_ = 1;
   uint64_t completed_sequence_ = 0;
   bool stopping_ = false;
-  std::atomic<CUresult> sticky_error_{CUDA_SUCCESS};
+  mutable std::atomic<CUresult> sticky_error_{CUDA_SUCCESS};
   std::thread worker_;
 };
 

@@ -6,6 +6,18 @@
 //                                   print "ready", wait for "go", then for <millis>
 //                                   launch <batch> spin kernels of <kernel_us> and
 //                                   synchronise, repeatedly; print "done <kernels>"
+//   serve <blocks>                  cuInit and a context (printing "ready", or
+//                                   "init <CUresult>" and exiting 1), then one reply per
+//                                   command line (for the MPS tests):
+//     run <us>                      a spin kernel of <blocks> blocks, then a sync:
+//                                   "ran <elapsed_us> <CUresult>"
+//     launch <us>                   the same without the sync: "launched <CUresult>"
+//     sync                          "synced <CUresult>"
+//     fault                         a fill kernel at an unmapped address, then a sync:
+//                                   "faulted <CUresult>"
+//     ctx                           cuCtxCreate on device 0: "ctx <CUresult>"
+//     quit                          exits 0
+//   as-uid <uid> <mode...>          drops to uid/gid <uid> first (the test runs as root)
 // Any failure prints "error <what> <CUresult name>" and exits 1.
 #include <unistd.h>
 
@@ -78,16 +90,85 @@ int spin(long millis, uint32_t kernel_us, int batch) {
   return 0;
 }
 
+int serve(unsigned blocks) {
+  fakecuda_test::DriverApi& cu = driver_api();
+  CUcontext context = nullptr;
+  CUresult init = cu.cuInit(0);
+  if (init == CUDA_SUCCESS) init = cu.cuDevicePrimaryCtxRetain(&context, 0);
+  if (init == CUDA_SUCCESS) init = cu.cuCtxSetCurrent(context);
+  if (init != CUDA_SUCCESS) {
+    std::printf("init %s\n", error_name(init).c_str());
+    std::fflush(stdout);
+    return 1;
+  }
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr, fill = nullptr;
+  check(cu.cuModuleLoadData(&module, "image"), "cuModuleLoadData");
+  check(cu.cuModuleGetFunction(&spin, module, "fracgpu_fake_spin"), "cuModuleGetFunction");
+  check(cu.cuModuleGetFunction(&fill, module, "fracgpu_fake_fill"), "cuModuleGetFunction");
+  say("ready");
+  for (std::string line; std::getline(std::cin, line);) {
+    const std::string command = line.substr(0, line.find(' '));
+    uint32_t us = static_cast<uint32_t>(std::strtoul(line.c_str() + command.size(), nullptr, 10));
+    void* spin_params[] = {&us};
+    const auto start = std::chrono::steady_clock::now();
+    if (command == "run" || command == "launch") {
+      CUresult r = cu.cuLaunchKernel(spin, blocks, 1, 1, 1, 1, 1, 0, nullptr, spin_params, nullptr);
+      if (command == "launch") {
+        std::printf("launched %s\n", error_name(r).c_str());
+      } else {
+        if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(nullptr);
+        const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - start);
+        std::printf("ran %lld %s\n", static_cast<long long>(elapsed.count()),
+                    error_name(r).c_str());
+      }
+    } else if (command == "sync") {
+      std::printf("synced %s\n", error_name(cu.cuStreamSynchronize(nullptr)).c_str());
+    } else if (command == "fault") {
+      CUdeviceptr nowhere = 0x10;
+      uint32_t value = 1;
+      uint64_t count = 1024;
+      void* fill_params[] = {&nowhere, &value, &count};
+      CUresult r = cu.cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, fill_params, nullptr);
+      if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(nullptr);
+      std::printf("faulted %s\n", error_name(r).c_str());
+    } else if (command == "ctx") {
+      CUcontext created = nullptr;
+      CUresult r = cu.cuCtxCreate_v4(&created, nullptr, 0, 0);
+      std::printf("ctx %s\n", error_name(r).c_str());
+    } else if (command == "quit") {
+      return 0;
+    } else {
+      std::printf("unknown %s\n", command.c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 3 && std::string(argv[1]) == "as-uid") {
+    const auto uid = static_cast<uid_t>(std::strtoul(argv[2], nullptr, 10));
+    if (setgid(uid) != 0 || setuid(uid) != 0) {
+      std::printf("error setuid\n");
+      return 1;
+    }
+    argv += 2;
+    argc -= 2;
+  }
   std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "serve" && argc == 3)
+    return serve(static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10)));
   if (mode == "hold" && argc == 3) return hold(std::strtoull(argv[2], nullptr, 10));
   if (mode == "spin" && argc == 5) {
     return spin(std::strtol(argv[2], nullptr, 10),
                 static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10)), std::atoi(argv[4]));
   }
   std::fprintf(stderr,
-               "usage: fakecuda-test-child hold <bytes> | spin <millis> <kernel_us> <batch>\n");
+               "usage: fakecuda-test-child [as-uid <uid>] hold <bytes> | spin <millis> <kernel_us> "
+               "<batch> | serve <blocks>\n");
   return 2;
 }

@@ -13,6 +13,8 @@
 //   R/ledgers/<name>          0600: the tenant's ledger. Never reachable by path from a
 //                             tenant: the broker passes each registered process a descriptor
 //                             (protocol.h, "register")
+//   R/mps/pipe, R/mps/log     0755: with --mps, the MPS control daemon's pipe and log
+//                             directories (CUDA_MPS_PIPE_DIRECTORY / _LOG_DIRECTORY)
 // Everything is owned by the broker's uid (root on a node) except a one-owner socket. The
 // quota sits beside the socket because the shim opens it by path, read-only, through the
 // mount the tenant sees (read-only in a pod), never through a descriptor of the broker's.
@@ -34,7 +36,11 @@ inline constexpr const char* kPodsDirName = "pods";            // tenants withou
 inline constexpr const char* kLedgersDirName = "ledgers";
 inline constexpr const char* kTenantSocketName = "broker.sock";
 inline constexpr const char* kDefaultTenantSocket =
-    "/run/fracgpu/broker.sock";  // kRunDir/kTenantSocketName
+    "/run/fracgpu/broker.sock";                    // kRunDir/kTenantSocketName
+inline constexpr const char* kMpsDirName = "mps";  // R/mps/{pipe,log}
+// Where a container sees R/mps/pipe when its mount namespace hides R (the device
+// plugin's mount; the register reply names the host path, protocol.h).
+inline constexpr const char* kContainerMpsPipeDir = "/run/fracgpu-mps/pipe";
 
 // File modes of the layout above (set with chmod after creation: the umask never decides).
 inline constexpr unsigned kRunDirMode = 0755;

@@ -17,6 +17,15 @@
 //        the slot's pid/start_time/state before replying; the connection stays open for
 //        the life of the process — its hang-up or pidfd tells the broker the process is
 //        gone. A protocol-1 register (ledger by path) is refused with a sentence.
+//        Minor 1 ("protocol_minor":1): a broker started with --mps whose MPS control
+//        daemon runs adds "mps_pipe_dir":"/abs", "mps_log_dir":"/abs" (paths on the
+//        broker's host: <run_dir>/mps/pipe and /log) and "mps_client_priority":0|1 (0 for
+//        a tenant that is high on any GPU, else 1) — unless the process's uid is not the
+//        uid the MPS server serves. The shim exports them as CUDA_MPS_PIPE_DIRECTORY,
+//        CUDA_MPS_LOG_DIRECTORY and CUDA_MPS_CLIENT_PRIORITY before the driver's cuInit,
+//        overriding the process's own; where the host path is not visible (a pod) it uses
+//        paths::kContainerMpsPipeDir. Older shims ignore the fields; a reply without them
+//        changes nothing.
 //   {"op":"view","protocol":2}
 //     -> {"ok":true,"protocol":2,"tenant":"a","quota":"quota","ledger_fd":true} with a
 //        READ-ONLY ledger descriptor, and no slot: for processes that only report usage
@@ -56,6 +65,8 @@
 namespace fracgpu::protocol {
 
 inline constexpr int kVersion = 2;  // 2: the ledger is passed as a descriptor
+// Additions that older peers may ignore: 1 = the register reply's mps_* fields.
+inline constexpr int kMinorVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
 // The tenant's quota file, as the register reply names it (paths.h has the rest of the
 // run directory's layout). kLedgerFileName is where protocol 1 kept the ledger, beside

@@ -3,7 +3,8 @@
 // call, after fork and on a burst request; never on the allocation fast path. The
 // ledger descriptor the broker passes is closed as soon as it is mapped, or at once when
 // the process maps the ledger already (a forked child, a re-registration after a broker
-// restart): the mapping is all the shim needs.
+// restart): the mapping is all the shim needs. The MPS fields of a reply count only at
+// the first registration: the process's environment is set once, before cuInit.
 #include "core/tenant_session.h"
 
 #include <sys/mman.h>
@@ -31,6 +32,17 @@ struct ReceivedFd {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// "mps_pipe_dir", "mps_log_dir", "mps_client_priority" (protocol.h, minor 1). Absolute
+// paths only: anything else is ignored (no MPS), as is a reply without them.
+void read_mps_fields(const std::string& reply, MpsClientSettings* out) {
+  auto pipe = wire::string_field(reply, "mps_pipe_dir");
+  if (!pipe || pipe->empty() || pipe->front() != '/') return;
+  auto log = wire::string_field(reply, "mps_log_dir");
+  out->pipe_dir = *pipe;
+  out->log_dir = log && !log->empty() && log->front() == '/' ? *log : std::string();
+  out->priority = wire::int_field(reply, "mps_client_priority").value_or(1) == 0 ? 0 : 1;
+}
 
 }  // namespace
 
@@ -86,6 +98,7 @@ bool TenantSession::register_process(int timeout_ms, std::string* error) {
   }
   tenant_ = *tenant;
   slot_ = static_cast<uint32_t>(*slot);
+  read_mps_fields(*reply, &mps_);
   return map_files(*quota, ledger_fd.fd, error);
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/broker_connection.h"
 #include "core/memory_ledger.h"
+#include "core/mps_client_env.h"
 #include "core/tenant_link.h"
 #include "core/tenant_view.h"
 #include "fracgpu/tenant_segment.h"
@@ -37,6 +38,9 @@ class TenantSession : public TenantLink {
   }
   uint32_t slot() const override { return slot_; }
   const std::string& directory() const { return directory_; }
+  // From the first registration's reply: this process's MPS server and client priority
+  // when the broker runs MPS (protocol.h, minor 1); an empty pipe_dir otherwise.
+  const MpsClientSettings& mps() const { return mps_; }
   TenantLedger* ledger_map() override { return ledger_map_; }
 
   // In a child after fork(): drop the parent's connection; the child registers as a
@@ -67,6 +71,7 @@ class TenantSession : public TenantLink {
   std::size_t ledger_size_ = 0;
   uint64_t ledger_dev_ = 0, ledger_ino_ = 0;
   MemoryLedger ledger_;
+  MpsClientSettings mps_;
 };
 
 }  // namespace fracgpu

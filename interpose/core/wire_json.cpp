@@ -4,6 +4,8 @@
 #include "core/wire_json.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 namespace fracgpu::wire {
@@ -29,14 +31,35 @@ class Scanner {
       char c = text_[pos_];
       if (c == '"') return ++pos_, out;
       if (c == '\\') {
-        if (++pos_ >= text_.size()) return std::nullopt;
-        char e = text_[pos_];
-        out += e == 'n' ? '\n' : e == 't' ? '\t' : e;  // \uXXXX is not produced by the broker
+        if (++pos_ >= text_.size() || !unescape(out)) return std::nullopt;
       } else {
         out += c;
       }
     }
     return std::nullopt;
+  }
+  // The escape at pos_ (the character after the backslash), appended to `out`; pos_ is
+  // left on its last character. The broker's encoder (nlohmann::json::dump) writes \b \f
+  // \n \r \t, \" \\ and \u00XX for the other control characters; \uXXXX is decoded to
+  // UTF-8 in full (surrogate pairs included) so that a string reads back as it was sent.
+  // False for a malformed \u escape.
+  bool unescape(std::string& out) {
+    switch (const char e = text_[pos_]) {
+      case 'b':
+        return out += '\b', true;
+      case 'f':
+        return out += '\f', true;
+      case 'n':
+        return out += '\n', true;
+      case 'r':
+        return out += '\r', true;
+      case 't':
+        return out += '\t', true;
+      case 'u':
+        return unicode(out);
+      default:
+        return out += e, true;  // \" \\ \/ (and, leniently, anything else as itself)
+    }
   }
   // Returns the raw text of a scalar, or skips a nested value (returning empty).
   std::optional<std::string_view> value() {
@@ -74,6 +97,57 @@ class Scanner {
       }
     }
     return false;
+  }
+
+  // Four hex digits after pos_ (on the 'u'); pos_ is left on the last of them.
+  std::optional<uint32_t> hex4() {
+    if (text_.size() - pos_ < 5) return std::nullopt;
+    uint32_t value = 0;
+    for (std::size_t i = 1; i <= 4; ++i) {
+      const char c = text_[pos_ + i];
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (digit < 0) return std::nullopt;
+      value = value * 16 + static_cast<uint32_t>(digit);
+    }
+    pos_ += 4;
+    return value;
+  }
+  bool unicode(std::string& out) {
+    auto unit = hex4();
+    if (!unit || (*unit >= 0xDC00 && *unit <= 0xDFFF)) return false;  // none, or a lone low half
+    uint32_t code = *unit;
+    if (code >= 0xD800 && code <= 0xDBFF) {  // a high surrogate: "\uDC00".."\uDFFF" must follow
+      if (text_.size() - pos_ < 7 || text_[pos_ + 1] != '\\' || text_[pos_ + 2] != 'u')
+        return false;
+      pos_ += 2;
+      auto low = hex4();
+      if (!low || *low < 0xDC00 || *low > 0xDFFF) return false;
+      code = 0x10000 + ((code - 0xD800) << 10) + (*low - 0xDC00);
+    }
+    append_utf8(out, code);
+    return true;
+  }
+  static void append_utf8(std::string& out, uint32_t code) {
+    auto byte = [&](uint32_t b) { out += static_cast<char>(static_cast<unsigned char>(b)); };
+    auto tail = [&](int shift) { byte(0x80 | ((code >> shift) & 0x3F)); };
+    if (code < 0x80) {
+      byte(code);
+    } else if (code < 0x800) {
+      byte(0xC0 | (code >> 6));
+      tail(0);
+    } else if (code < 0x10000) {
+      byte(0xE0 | (code >> 12));
+      tail(6);
+      tail(0);
+    } else {
+      byte(0xF0 | (code >> 18));
+      tail(12);
+      tail(6);
+      tail(0);
+    }
   }
 
   std::string_view text_;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -71,6 +72,13 @@ Status ints_from_json(const nlohmann::json& doc, const std::string& where,
     const auto& value = doc[key];
     if (!value.is_number_integer())
       return Status::failure(where + ": \"" + key + "\" must be a whole number");
+    // get<int> alone would wrap a larger number into range (4294967304 slices -> 8).
+    const bool fits = value.is_number_unsigned()
+                          ? value.get<uint64_t>() <= uint64_t{std::numeric_limits<int>::max()}
+                          : value.get<int64_t>() >= std::numeric_limits<int>::min() &&
+                                value.get<int64_t>() <= std::numeric_limits<int>::max();
+    if (!fits)
+      return Status::failure(where + ": \"" + key + "\" " + value.dump() + " is out of range");
     out[i] = value.get<int>();
   }
   return {};

@@ -37,8 +37,9 @@ std::vector<std::string> prefer_slices(const std::vector<std::string>& available
   // std::map: GPUs in UUID order, so equal candidates are broken the same way every time.
   std::map<std::string, GpuSlices> gpus;
   std::vector<std::string> unparsed;
+  std::set<std::string> offered;  // an ID listed twice is still one slice
   for (const auto& id : available) {
-    if (taken.count(id)) continue;
+    if (taken.count(id) || !offered.insert(id).second) continue;
     auto slice = parse_slice_id(id);
     if (!slice) {
       unparsed.push_back(id);

@@ -11,7 +11,9 @@ that results.json: the section has every phase's table, and --update-doc on a co
 docs/benchmarks.md inserts it between its markers, keeps the rest, and changes nothing when
 run again.
 
-    bench_smoke_test.py --build BUILD_DIR --client fracgpu-bench-client --out DIR
+    bench_smoke_test.py --build BUILD_DIR --client fracgpu-bench-client --out DIR [--sanitized]
+--sanitized (the sanitizer builds, several times slower and unevenly): the figures are printed,
+not judged; everything else is.
 Exit 0 when every check passed; the failed ones are listed otherwise."""
 import argparse
 import json
@@ -41,6 +43,18 @@ def check(ok, what):
     if not ok:
         failures.append(what)
     return ok
+
+
+SANITIZED = False  # --sanitized: figures are printed, not judged
+
+
+def figure(ok, what):
+    """A check of a measured share, rate or time: in a sanitizer build (several times slower,
+    and unevenly) it is printed, not judged."""
+    if SANITIZED:
+        print("%s %s" % ("ok  " if ok else "not judged (--sanitized):", what))
+        return ok
+    return check(ok, what)
 
 
 def png_size(path):
@@ -98,30 +112,31 @@ def check_results(doc):
         check(all(k in r for k in ("target", "measured", "efficiency", "windows_1s", "windows_100ms", "gpu_time")),
               "shares row %s %s has target, measured, efficiency, windows, GPU time" % (r["split"], r["tenant"]))
         if r["workload"] == "compute":
-            check(near(r.get("measured"), r["target"], 0.08), "fracgpu %s %s: %s vs target %.2f (+-0.08)" % (
+            figure(near(r.get("measured"), r["target"], 0.08), "fracgpu %s %s: %s vs target %.2f (+-0.08)" % (
                 r["split"], r["tenant"], r.get("measured"), r["target"]))
     native = [r for r in doc["shares"] if r.get("setup") == "native" and r.get("split") == "50/50"]
-    check(len(native) == 2 and all(near(r.get("measured"), 0.5, 0.1) for r in native), "native 50/50 near 50/50")
+    check(len(native) == 2, "native 50/50 rows")
+    figure(all(near(r.get("measured"), 0.5, 0.1) for r in native), "native 50/50 near 50/50")
     skipped = [r for r in doc["shares"] if r.get("setup") == "MPS"]
     check(len(skipped) == 1 and skipped[0].get("skipped"), "MPS reported as skipped, not failed")
 
     cons = {r["case"]: r for r in doc.get("conserve", [])}
     lone = cons.get("lone --compute 30", {})
-    check(isinstance(lone.get("of_alone"), float) and lone["of_alone"] >= 0.8,
+    figure(isinstance(lone.get("of_alone"), float) and lone["of_alone"] >= 0.8,
           "a lone --compute 30 tenant has >= 0.8 of alone (%s)" % lone.get("of_alone"))
     for p in (100, 1000):
         r = cons.get("70 %% tenant on/off every %d ms" % p, {})
-        check(isinstance(r.get("of_alone"), float) and r["of_alone"] >= 0.7,
+        figure(isinstance(r.get("of_alone"), float) and r["of_alone"] >= 0.7,
               "on/off %d ms: the 30 %% tenant has >= 0.7 of alone while the other is off (%s)" % (p, r.get("of_alone")))
-        check(isinstance(r.get("share_when_on"), float) and near(r["share_when_on"], 0.3, 0.15),
+        figure(isinstance(r.get("share_when_on"), float) and near(r["share_when_on"], 0.3, 0.15),
               "on/off %d ms: 0.3 +- 0.15 while both run (%s)" % (p, r.get("share_when_on")))
 
     ceil = [r for r in doc.get("ceilings", []) if r.get("setup", "").startswith("fracgpu") and r.get("limit")]
     check(len(ceil) >= 1, "a fracgpu ceiling row")
     for r in ceil:
-        check(near(r.get("gpu_time"), r["limit"], 0.1), "ceiling %.2f: GPU time by the witness %s (+-0.1)" % (
+        figure(near(r.get("gpu_time"), r["limit"], 0.1), "ceiling %.2f: GPU time by the witness %s (+-0.1)" % (
             r["limit"], r.get("gpu_time")))
-        check(isinstance(r.get("throughput_of_alone"), float) and r["throughput_of_alone"] <= r["limit"] + 0.15,
+        figure(isinstance(r.get("throughput_of_alone"), float) and r["throughput_of_alone"] <= r["limit"] + 0.15,
               "ceiling %.2f: throughput %s of alone" % (r["limit"], r.get("throughput_of_alone")))
 
     budget = doc.get("budget") or {}
@@ -175,7 +190,7 @@ def check_results(doc):
 
     flt = {r["fault"].split(" (")[0]: r for r in doc.get("faults", [])}
     k = flt.get("broker SIGKILL while a tenant waits for a grant", {})
-    check(isinstance(k.get("resume_s"), float) and k["resume_s"] < 5, "broker SIGKILL: the waiting tenant runs "
+    figure(isinstance(k.get("resume_s"), float) and k["resume_s"] < 5, "broker SIGKILL: the waiting tenant runs "
           "again after %s s" % k.get("resume_s"))
     s = flt.get("SIGSTOP of the grant holder", {})
     check(isinstance(s.get("other_of_alone"), float), "SIGSTOP: the other tenant's rate measured (%s of alone)"
@@ -244,7 +259,11 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--client", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sanitized", action="store_true",
+                    help="a sanitizer build: measured shares, rates and times are printed, not judged")
     args = ap.parse_args()
+    global SANITIZED
+    SANITIZED = args.sanitized
     os.makedirs(args.out, exist_ok=True)
     for n in os.listdir(args.out):
         os.remove(os.path.join(args.out, n))

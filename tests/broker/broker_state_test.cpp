@@ -78,7 +78,14 @@ TEST(BrokerState, KillNineWhileSavingLosesNoAcknowledgedTenant) {
     stop = true;
     admin.join();
     acknowledged.insert(done.begin(), done.end());
-    ASSERT_NO_THROW(json::parse(read_file(broker.state_dir() / "tenants.json")));
+    // A kill before the broker's first save (a slow or loaded machine) leaves no file at
+    // all, which is right only while nothing was ever acknowledged.
+    const auto saved = broker.state_dir() / "tenants.json";
+    if (!std::filesystem::exists(saved)) {
+      ASSERT_TRUE(acknowledged.empty()) << "round " << round << ": tenants.json is gone";
+      continue;
+    }
+    ASSERT_NO_THROW(json::parse(read_file(saved)));
   }
   ASSERT_TRUE(broker.start()) << broker.log();
   for (const std::string& name : acknowledged) EXPECT_TRUE(broker.tenant_status(name)) << name;

@@ -552,5 +552,36 @@ TEST_F(AuditTest, ARaisedQuotaLimitIsRestoredAndReported) {
       << v.dump();
 }
 
+// The NVML audit end to end without a clock: a bypass is seen through the simulated NVML,
+// attributed, reported and killed, its registered parent and a well-behaved tenant left
+// alone. The tests above bound how fast (label `timing`, tests/timing.cmake); this one runs
+// in the sanitizer builds too, where wall-clock bounds mean nothing.
+TEST_F(AuditTest, ABypassIsCaughtThroughNvmlAttributedAndKilled) {
+  start_audited_broker("kill");
+  BackgroundProcess& good = start_good_tenant();
+  const pid_t child = start_bypass(8 * kGiB).first;
+  ASSERT_GT(child, 0);
+  BackgroundProcess& run = *background_.back();
+  ASSERT_EQ(run.wait_until_ready([&] { return !line_with(run.out(), "child").is_null(); },
+                                 std::chrono::seconds(30)),
+            "")
+      << run.out();
+  EXPECT_EQ(line_with(run.out(), "child")["signal"], SIGKILL) << run.out();
+  const json v = tenant("bypass")["violations"];
+  EXPECT_EQ(v["by_kind"]["unregistered"], 1) << v.dump();
+  EXPECT_EQ(v["by_kind"]["over_cap"], 1) << "8 GiB in a 1 GiB tenant: " << v.dump();
+  bool named = false;
+  for (const auto& r : v["recent"]) {
+    if (r["kind"] != "unregistered") continue;
+    named = r["pid"] == child && r["gpu"] == 0 && r["action"] == "killed";
+  }
+  EXPECT_TRUE(named) << v.dump();
+  EXPECT_FALSE(process_gone(line_with(run.out(), "parent").value("parent", 0))) << run.out();
+  EXPECT_TRUE(good.running());
+  EXPECT_EQ(violations("good"), 0u) << tenant("good").dump();
+  EXPECT_NE(read_text(log_file()).find("tenant bypass: unregistered violation on GPU 0"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace fracgpu::testing

@@ -28,7 +28,9 @@ Prometheus's HTTP API:
 Every process it starts runs in its own process group and dies with this script
 (PR_SET_PDEATHSIG; the tenants' clients with their `fracgpu run`, through setpriv); all
 are stopped, and the temporary directory removed, on any exit but SIGKILL.
-Every wait has a deadline, and the whole run one (--budget, 55 s).
+Every wait has a deadline, and the whole run one (--budget, 55 s). With --sanitized (the
+sanitizer builds: every process several times slower, and unevenly) the compute shares and
+held-seconds rates are printed, not judged; everything else is.
 
 --keep-for SECONDS leaves everything running that long after the checks (the load goes
 on) and prints Prometheus's URL and the time range, for tools/render_dashboard.py.
@@ -101,6 +103,15 @@ class Harness:
         if not ok:
             self.problems.append(message)
         return ok
+
+    def figure(self, ok, message):
+        """A check of a measured share or rate: with --sanitized (a sanitizer build, several
+        times slower and uneven) it is printed, not judged."""
+        if self.args.sanitized:
+            if not ok:
+                print(f"not judged (--sanitized): {message}")
+            return ok
+        return self.check(ok, message)
 
     # --- starting things -----------------------------------------------------------------
 
@@ -273,16 +284,16 @@ class Harness:
         shares = self.values("avg_over_time(fracgpu_compute_share_ratio[6s])", at)
         for name, (low, high) in SHARE_BOUNDS.items():
             share = shares.get(name, -1)
-            self.check(low <= share <= high, f"{name}: average fracgpu_compute_share_ratio {share:.3f}, "
+            self.figure(low <= share <= high, f"{name}: average fracgpu_compute_share_ratio {share:.3f}, "
                                              f"want {low}..{high}")
         held = self.values("rate(fracgpu_compute_held_seconds_total[5s])", at)
         total = sum(held.values())
         print(f"shares {shares}; held per second {held}; the device measured {busy_by_tenant}, busy {device_busy:.3f}")
         for name in SHARE_BOUNDS:
-            self.check(abs(held.get(name, -1) - busy_by_tenant.get(name, 0)) <= 0.1,
+            self.figure(abs(held.get(name, -1) - busy_by_tenant.get(name, 0)) <= 0.1,
                        f"{name}: rate(fracgpu_compute_held_seconds_total[5s]) {held.get(name)}, the simulated "
                        f"device measured {busy_by_tenant.get(name, 0):.3f} s/s")
-        self.check(abs(total - device_busy) <= 0.1, f"the tenants' held seconds sum to {total:.3f} s/s, the "
+        self.figure(abs(total - device_busy) <= 0.1, f"the tenants' held seconds sum to {total:.3f} s/s, the "
                                                     f"simulated GPU was busy {device_busy:.3f} s/s")
         requests = self.values("fracgpu_memory_request_bytes")
         for name, (_, _, request, _) in TENANTS.items():
@@ -373,6 +384,8 @@ def parse_args():
     parser.add_argument("--scrape-seconds", type=int, default=10, help="scrapes to collect before checking")
     parser.add_argument("--keep-for", type=int, default=0, help="keep everything running this long after the checks")
     parser.add_argument("--budget", type=int, default=55, help="seconds for the whole run (without --keep-for)")
+    parser.add_argument("--sanitized", action="store_true",
+                        help="a sanitizer build: measured shares and rates are printed, not judged")
     return parser.parse_args()
 
 

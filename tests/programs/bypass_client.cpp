@@ -15,11 +15,18 @@
 // tenant of `fracgpu run` outlives the child for the test). That makes the bypass a
 // descendant of a registered process, as a child of `fracgpu run` or of a framework's
 // launcher would be. Failures print {"error":"..."} and exit 1.
+//
+// In a sanitizer build the simulated driver carries the sanitizer runtime, which cannot be
+// loaded a second time into a new namespace (its thread-local state is static TLS). There
+// the bypass leaves the shim another way: it execs itself (the same pid) without
+// LD_PRELOAD, and that process, which the shim is not in, loads the driver the ordinary
+// way (--direct; the shim comes from LD_PRELOAD wherever these tests run it).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +42,14 @@ struct Args {
   int device = 0;
   long hold_ms = 60000;
   bool registered_parent = false;
+  bool direct = false;  // already exec'd without the shim (sanitizer builds)
 };
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kNewNamespace = false;
+#else
+constexpr bool kNewNamespace = true;
+#endif
 
 [[noreturn]] void fail(const std::string& what) {
   std::printf("{\"error\":\"%s\"}\n", what.c_str());
@@ -61,6 +75,8 @@ Args parse(int argc, char** argv) {
       a.hold_ms = std::atol(value().c_str());
     else if (flag == "--registered-parent")
       a.registered_parent = true;
+    else if (flag == "--direct")
+      a.direct = true;
     else
       fail("unknown flag " + flag);
   }
@@ -79,10 +95,25 @@ void check(CUresult rc, const char* what) {
   if (rc != CUDA_SUCCESS) fail(std::string(what) + " failed: " + std::to_string(rc));
 }
 
-// The bypass: a private copy of the driver in a new namespace.
+// This program again, as the same process, without the preloaded shim.
+[[noreturn]] void exec_without_shim(const Args& a) {
+  const std::string bytes = std::to_string(a.bytes), device = std::to_string(a.device),
+                    hold = std::to_string(a.hold_ms);
+  const char* argv[] = {"/proc/self/exe", "--driver", a.driver.c_str(), "--bytes",
+                        bytes.c_str(),    "--device", device.c_str(),   "--hold-ms",
+                        hold.c_str(),     "--direct", nullptr};
+  unsetenv("LD_PRELOAD");
+  execv(argv[0], const_cast<char* const*>(argv));
+  fail(std::string("exec: ") + std::strerror(errno));
+}
+
+// The bypass: a private copy of the driver in a new namespace (or, in a sanitizer build,
+// the driver in a process without the shim).
 [[noreturn]] void bypass(const Args& a) {
-  void* lib = dlmopen(LM_ID_NEWLM, a.driver.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) fail(std::string("dlmopen: ") + dlerror());
+  if (!kNewNamespace && !a.direct) exec_without_shim(a);
+  void* lib = kNewNamespace ? dlmopen(LM_ID_NEWLM, a.driver.c_str(), RTLD_NOW | RTLD_LOCAL)
+                            : dlopen(a.driver.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) fail(std::string(kNewNamespace ? "dlmopen: " : "dlopen: ") + dlerror());
   auto init = need<CUresult (*)(unsigned)>(lib, "cuInit");
   auto get = need<CUresult (*)(CUdevice*, int)>(lib, "cuDeviceGet");
   auto retain = need<CUresult (*)(CUcontext*, CUdevice)>(lib, "cuDevicePrimaryCtxRetain");

@@ -14,7 +14,7 @@
 //
 //   fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-]
 //                       [--stream-sync-every K] [--stream legacy|created]
-//                       [--think-us T] [--warmup-ms W] [--device N]
+//                       [--think-us T] [--warmup-ms W] [--device N] [--blocks B]
 //
 //   --kernel-us N           kernel length in microseconds, 1..10000000 (default 1000)
 //   --seconds S             run time in seconds, > 0 (default 10)
@@ -27,6 +27,10 @@
 //                           request; the report adds "requests" (counted) and
 //                           "latency_us":{"p50","p90","p99","p999","max","mean"}
 //   --device N              the device ordinal to run on, 0..63 (default 0)
+//   --blocks B              blocks per launch, 1..65535 (default 1). The simulated GPU's
+//                           MPS clients share its SMs by blocks (132 = the whole device);
+//                           on a real GPU each block spins --kernel-us, so B above the SM
+//                           count makes a launch take several times longer there
 //   --warmup-ms W           latency mode: requests starting in the first W ms (0..600000,
 //                           default 0) run but are not counted
 //
@@ -84,6 +88,7 @@ struct Options {
   unsigned long think_us = 0;
   unsigned long warmup_ms = 0;
   int device = 0;
+  unsigned blocks = 1;
 };
 
 std::atomic<bool> g_stop{false};
@@ -97,7 +102,7 @@ void on_signal(int) {
                "fracgpu-spin-client: %s\n"
                "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
                "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W] "
-               "[--device N]\n",
+               "[--device N] [--blocks B]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -122,6 +127,9 @@ Options parse(int argc, char** argv) {
     if (a == "--kernel-us") {
       if (!parse_unsigned(v, 1, 10'000'000, &n)) usage("--kernel-us must be 1..10000000");
       o.kernel_us = static_cast<uint32_t>(n);
+    } else if (a == "--blocks") {
+      if (!parse_unsigned(v, 1, 65535, &n)) usage("--blocks must be 1..65535");
+      o.blocks = static_cast<unsigned>(n);
     } else if (a == "--device") {
       if (!parse_unsigned(v, 0, 63, &n)) usage("--device must be 0..63");
       o.device = static_cast<int>(n);
@@ -207,7 +215,7 @@ int main(int argc, char** argv) {
     if (o.latency_mode) {
       const auto request_start = std::chrono::steady_clock::now();
       for (unsigned long i = 0; i < o.sync_every; ++i) {
-        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+        CHECK(cuLaunchKernel(spin, o.blocks, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
         ++kernels;
       }
       CHECK(cuStreamSynchronize(stream));
@@ -220,7 +228,7 @@ int main(int argc, char** argv) {
       if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
       continue;
     }
-    CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    CHECK(cuLaunchKernel(spin, o.blocks, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
     ++kernels;
     if (++since_sync >= o.sync_every) {
       CHECK(cuStreamSynchronize(stream));
