@@ -64,10 +64,13 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "With --mps: GPU work (us) other tenants may keep queued while a high-priority "
                  "tenant is active (default 500)")
       ->check(CLI::Range(50, 100000));
+  app.add_flag("--mps-burst-guard", o.mps_burst_guard,
+               "With --mps: keep the burst guard (off by default under MPS: it holds lower "
+               "classes back before a high-priority tenant's regular bursts, which MPS mode "
+               "does not need and which cost batch tenants most of their time on the H200)");
   app.add_option("--mps-guard-lead-us", o.mps_guard_lead_us,
-                 "With --mps: how much earlier (us) lower classes stop launching before a "
-                 "high-priority tenant's predicted burst, so that no kernel of theirs is still "
-                 "running when it comes (default 0; docs/configuration.md, MPS mode)")
+                 "With --mps --mps-burst-guard: how much earlier (us) lower classes stop "
+                 "launching before a predicted burst than in time-slice mode (default 0)")
       ->check(CLI::Range(0, 100000));
   app.add_option("--nvml", o.nvml,
                  "NVML library the audit reads per-process GPU memory from (default "
@@ -122,6 +125,7 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.compute.drain_timeout_ns = int64_t{o.drain_timeout_ms} * 1'000'000;
   o.compute.burst_guard = !o.no_burst_guard;
   o.compute.mps_high_inflight_us = static_cast<uint32_t>(o.mps_high_inflight_us);
+  o.compute.mps_burst_guard = o.mps_burst_guard;
   o.compute.mps_guard_lead_us = static_cast<uint32_t>(o.mps_guard_lead_us);
   if (o.mps && o.mps_control.empty()) return Status::failure("--mps-control must name a program");
   auto tolerance = parse_size_allow_zero(o.audit_tolerance, "--audit-tolerance");

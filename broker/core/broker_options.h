@@ -43,6 +43,7 @@ struct BrokerOptions {
   bool mps = false;
   std::string mps_control = "nvidia-cuda-mps-control";  // --mps-control PATH (or name on PATH)
   int mps_high_inflight_us = 500;                       // --high-inflight-us under MPS
+  bool mps_burst_guard = false;                         // the burst guard under MPS too
   int mps_guard_lead_us = 0;                            // the burst guard's extra lead
   // Audit backstop (issue 12): NVML usage against the books, and the books check.
   std::string nvml = "libnvidia-ml.so.1";  // --nvml PATH

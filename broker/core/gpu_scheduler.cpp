@@ -78,7 +78,7 @@ uint64_t GrantWaitHistogram::count() const {
 // regular high tenant is due; published only while one is active and regular.
 void GpuScheduler::apply_guard(int64_t now) {
   Entry* source = nullptr;
-  if (config_.burst_guard) {
+  if (config_.burst_guard && (!config_.mps || config_.mps_burst_guard)) {
     for (auto& [name, e] : entries_) {
       if (!is_high(e.settings) || now >= e.active_until || !e.rhythm.regular()) continue;
       if (source == nullptr || e.rhythm.last > source->rhythm.last) source = &e;
@@ -111,13 +111,11 @@ void GpuScheduler::apply_guard(int64_t now) {
   // Under MPS a request waits for the lower-class kernel running when it comes, and the
   // shim's guard_holds() lets a launch overlap the burst by the in-flight bound while
   // treating it as if it started at once, though it may sit behind up to that bound of
-  // queued work: in MPS mode the guard can stop launches mps_guard_lead_us earlier. With
-  // exact kernel times 800 us keeps every request off 0.2-0.4 ms batch kernels
-  // (gpu_scheduler_mps_test), but the shim learns a launch's GPU time from the elapsed
-  // time between its fences, which includes the gaps the guard itself makes: a long lead
-  // inflates the estimate, which holds the batch longer (simulated GPU, 800 us: the batch
-  // lost ~15 % more of its time). So the default is 0 until the shim's estimate leaves out
-  // idle gaps (design.md, "MPS mode").
+  // queued work: with --mps-burst-guard the guard can stop launches mps_guard_lead_us
+  // earlier. With exact kernel times 800 us keeps every request off 0.2-0.4 ms batch
+  // kernels (gpu_scheduler_mps_test), but the shim learns a launch's GPU time from the
+  // elapsed time between its fences, which includes the gaps the guard itself makes: a
+  // long lead inflates the estimate, which holds the batch longer (design.md, "MPS mode").
   const uint32_t published_lead =
       source != nullptr && config_.mps ? lead + config_.mps_guard_lead_us * 1000u : lead;
   for (auto& [name, e] : entries_) {

@@ -29,8 +29,8 @@
 //    mode (the tenants' processes are clients of one MPS server, docs/design.md "MPS
 //    mode") the high tenant's kernel runs beside the holder's without a context switch,
 //    and what it waits for is the lower-class kernel running when it arrives: the bound
-//    is mps_high_inflight_us, and the burst guard leads by mps_guard_lead_us more, so
-//    that no lower-class kernel launched before a predicted burst still runs when it comes.
+//    is mps_high_inflight_us, and the burst guard is off unless mps_burst_guard (then it
+//    leads by mps_guard_lead_us more).
 // It also counts, for monitoring (tenant_metrics.h), each tenant's time waiting for the
 // GPU, the GPU's handoffs and a histogram of grant waits: a few additions per grant or
 // wait change, never read on a decision.
@@ -68,8 +68,11 @@ struct ComputeConfig {
   // lower classes then keep at most mps_high_inflight_us queued while a high tenant is active.
   bool mps = false;
   uint32_t mps_high_inflight_us = 500;
-  // MPS mode: how much earlier than in time-slice mode the burst guard stops lower-class
-  // launches (GpuScheduler::apply_guard). 0 by default: see there.
+  // MPS mode: the burst guard only with mps_burst_guard (off by default: on the H200 it
+  // starved batch tenants of regular request loops while MPS mode's tail was as short
+  // without it, docs/benchmarks.md), and then mps_guard_lead_us earlier than in time-slice
+  // mode (GpuScheduler::apply_guard).
+  bool mps_burst_guard = false;
   uint32_t mps_guard_lead_us = 0;
   bool burst_guard = true;  // hold lower classes back before a high tenant's regular bursts
 

@@ -3,10 +3,11 @@
 // high-priority request does not wait for a context switch but for the lower-class
 // kernel that is running when it arrives (measured on the H200: p99 = one batch kernel,
 // whatever the batch's queue depth and CUDA_MPS_CLIENT_PRIORITY). So what the scheduler
-// can change in MPS mode is the burst guard's lead (mps_guard_lead_us: a launch the
-// guard lets through may sit behind queued work and still run when the request comes)
-// and the bound on lower classes behind an active high tenant (mps_high_inflight_us);
-// by default both as in time-slice mode (gpu_scheduler.cpp). Checked: the published bounds
+// changes in MPS mode: the burst guard is off unless mps_burst_guard (it starved batch
+// tenants of regular request loops on the H200); with it, its lead can grow by
+// mps_guard_lead_us (a launch the guard lets through may sit behind queued work and still
+// run when the request comes); and the bound on lower classes behind an active high tenant
+// is mps_high_inflight_us (by default the time-slice one). Checked: the published bounds
 // and leads, and a closed loop of requests next to a batch tenant on an MPS-like device
 // (FIFO between clients, no preemption of a running kernel) where the guard, given an
 // extra lead of 800 us and exact kernel times, keeps the requests' p99 well under one
@@ -75,6 +76,7 @@ ComputeConfig config(bool mps, bool guard = true) {
 
 ComputeConfig loop_config(bool guard) {
   ComputeConfig c = config(true, guard);
+  c.mps_burst_guard = guard;
   c.mps_guard_lead_us = kLoopGuardLeadUs;
   return c;
 }
@@ -115,13 +117,14 @@ TEST(GpuSchedulerMps, LowerClassesKeepTheMpsBoundWhileAHighTenantIsActive) {
   EXPECT_EQ(batch.limit_us(), ComputeConfig{}.contended_inflight_us);
 }
 
-// The same regular rhythm predicted in both modes; in MPS mode the lead is longer by
-// exactly mps_guard_lead_us (here 300 us; 0 by default, gpu_scheduler.cpp apply_guard),
-// and nothing else of the guard differs.
+// With --mps-burst-guard, the same regular rhythm is predicted in both modes; in MPS
+// mode the lead is longer by exactly mps_guard_lead_us (here 300 us; 0 by default), and
+// nothing else of the guard differs.
 TEST(GpuSchedulerMps, TheGuardLeadsByTheQueuedWorkInMpsMode) {
   BurstGuardView published[2];
   for (bool mps : {false, true}) {
     ComputeConfig c = config(mps);
+    c.mps_burst_guard = true;
     c.mps_guard_lead_us = 300;
     GpuScheduler scheduler(c);
     Port batch, latency;
@@ -303,6 +306,26 @@ TEST(GpuSchedulerMps, TheGuardKeepsRequestsFromWaitingForABatchKernel) {
       EXPECT_LE(guarded.p99, request_ns + kernel_ns / 4) << kernel_ns << " " << jitter_ns;
       EXPECT_GE(guarded.batch_kept, 0.90) << kernel_ns << " " << jitter_ns;
     }
+  }
+}
+
+// By default MPS mode has no burst guard: a regular high tenant's rhythm is learned but
+// nothing is published to the others (they are never held back), while time-slice mode
+// publishes it; the bound behind the high tenant applies in both.
+TEST(GpuSchedulerMps, MpsModeHasNoBurstGuardByDefault) {
+  for (bool mps : {false, true}) {
+    GpuScheduler scheduler(config(mps));
+    Port batch, latency;
+    int64_t now = 1'000 * kMs;
+    scheduler.upsert("batch", &batch, normal(), now);
+    scheduler.upsert("latency", &latency, high(), now);
+    for (int burst = 0; burst < 20; ++burst) {
+      latency.burst = static_cast<uint64_t>(now);
+      for (int i = 0; i < 22; ++i) scheduler.step(now += 100 * kUs);
+    }
+    EXPECT_EQ(batch.guard.next_ns != 0, !mps) << "mps " << mps;
+    EXPECT_EQ(batch.limit_us(),
+              mps ? ComputeConfig{}.mps_high_inflight_us : ComputeConfig{}.high_inflight_us);
   }
 }
 
