@@ -13,13 +13,22 @@ using namespace fakecuda;
 
 namespace {
 
-CUresult begin(CUstream hStream, CUstreamCaptureMode mode) {
+// A capture mode as the application passed it: any int, as in the driver's ABI. It is
+// judged as an integer and only then used as the enum, so that an out-of-range value is
+// refused without ever being loaded as a CUstreamCaptureMode (undefined behaviour).
+bool known_mode(int mode) {
+  return mode == CU_STREAM_CAPTURE_MODE_GLOBAL || mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+         mode == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+CUresult begin(CUstream hStream, int mode) {
   return with_driver([&](Driver&) {
     if (is_default_stream_handle(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     std::shared_ptr<Stream> stream;
     CUresult status = resolve_stream(hStream, stream);
     if (status != CUDA_SUCCESS) return status;
-    return begin_capture(*stream, mode);
+    if (!known_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(*stream, static_cast<CUstreamCaptureMode>(mode));
   });
 }
 
@@ -38,7 +47,7 @@ bool default_edges(const CUgraphEdgeData* edges, size_t count) {
 }
 
 CUresult begin_to_graph(CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
-                        const CUgraphEdgeData* edges, size_t count, CUstreamCaptureMode mode) {
+                        const CUgraphEdgeData* edges, size_t count, int mode) {
   return with_driver([&](Driver& driver) {
     if (is_default_stream_handle(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     std::shared_ptr<Graph> graph = driver.handles.get<Graph>(hGraph);
@@ -47,7 +56,9 @@ CUresult begin_to_graph(CUstream hStream, CUgraph hGraph, const CUgraphNode* dep
     std::shared_ptr<Stream> stream;
     CUresult status = resolve_stream(hStream, stream);
     if (status != CUDA_SUCCESS) return status;
-    return begin_capture_to_graph(*stream, graph, dependencies, count, mode);
+    if (!known_mode(mode)) return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture_to_graph(*stream, graph, dependencies, count,
+                                  static_cast<CUstreamCaptureMode>(mode));
   });
 }
 

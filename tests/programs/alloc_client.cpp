@@ -184,8 +184,8 @@ int hold(const Args& a) {
 
 // The fill and the check touch only this thread's own buffer, so ThreadSanitizer has
 // nothing to find there; instrumented, their word-by-word passes over gigabytes make a
-// ThreadSanitizer build's borrower miss the tests' readiness deadlines. Raw pointers: an
-// -O1 build does not inline vector's accessors, which would be instrumented calls.
+// ThreadSanitizer build's borrower miss the tests' readiness deadlines. Raw pointers: a
+// sanitizer build (-Og) does not inline vector's accessors, which would be instrumented calls.
 __attribute__((always_inline)) inline uint32_t pattern_word(std::size_t chunk, std::size_t word) {
   return static_cast<uint32_t>(chunk * 2654435761u) ^ static_cast<uint32_t>(word * 40503u);
 }

@@ -19,6 +19,19 @@
 // invisible there and every report would be a false one. Our instrumented code is checked
 // in full, and the shim's core is checked instrumented by the unit tests.
 
+//
+// UndefinedBehaviorSanitizer, log_path: GCC 12's libubsan (a runtime of its own beside
+// libasan) never applies the log_path of $UBSAN_OPTIONS, so its reports would only reach
+// the stderr of the process, which for a test's child may be a file the test deletes.
+// A constructor here hands that log_path to libubsan's own __sanitizer_set_report_path
+// (found with dlsym in libubsan itself: the plain symbol binds to libasan's copy).
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 // FRACGPU_SANITIZER_* come from cmake/Sanitizers.cmake (protobuf's users compile with
 // __SANITIZE_THREAD__ undefined, see fracgpu_third_party_abi there).
 #if defined(FRACGPU_SANITIZER_ADDRESS)
@@ -31,4 +44,28 @@ extern "C" __attribute__((visibility("default"), used)) const char* __asan_defau
 extern "C" __attribute__((visibility("default"), used)) const char* __tsan_default_options() {
   return "ignore_noninstrumented_modules=1";
 }
+#endif
+
+#if defined(FRACGPU_SANITIZER_UNDEFINED)
+namespace {
+
+// log_path=... of $UBSAN_OPTIONS (':'-separated), applied to libubsan.
+__attribute__((constructor)) void apply_ubsan_log_path() {
+  const char* options = std::getenv("UBSAN_OPTIONS");
+  const char* at = options == nullptr ? nullptr : std::strstr(options, "log_path=");
+  if (at == nullptr || (at != options && at[-1] != ':')) return;
+  at += std::strlen("log_path=");
+  char path[4096];
+  const std::size_t length = std::min(std::strcspn(at, ":"), sizeof(path) - 1);
+  std::memcpy(path, at, length);
+  path[length] = '\0';
+  void* ubsan = dlopen("libubsan.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (ubsan == nullptr) return;
+  using SetReportPath = void (*)(const char*);
+  if (auto set = reinterpret_cast<SetReportPath>(dlsym(ubsan, "__sanitizer_set_report_path")))
+    set(path);
+  dlclose(ubsan);  // only the reference RTLD_NOLOAD took: libubsan stays, a dependency
+}
+
+}  // namespace
 #endif
