@@ -102,6 +102,8 @@ class Sharing:
             if not self.mode_ok("mps"):
                 raise RuntimeError("MPS is not available: %s" % self.mps.why_not)
             return self.pf.env(mode, mps=self.mps, percent=spec.get("pct"))
+        if mode == "shim":  # the shim loaded, no tenant to join: the interposition's own cost
+            return self.pf.env("shim")
         if mode == "hami":
             os.makedirs(self.path("hami"), exist_ok=True)
             return self.pf.env(mode, hami=self.hami, percent=spec.get("pct"), memory="24g",

@@ -32,9 +32,11 @@ def overhead(b, pb):
     loop_pairs = 2 if b.quick and not b.sim else pairs  # eager and graph: warm workers
     secs = 0.5 if b.sim or b.quick else 0.6
     vals = {m: {v: [] for v in variants} for m in ("launch", "alloc", "eager", "graph")}
+    for m in ("launch", "alloc"):
+        vals[m]["shim"] = []
     wave = 1.0 if b.sim else (6.0 if b.torch_ok else 2.0)
     plan = pb.rounds(loop_pairs * len(variants) * 2, secs, minimum=0.4, overhead=0.3,
-                     fixed=wave + pairs * len(variants) * 1.0)
+                     fixed=wave + pairs * (len(variants) + 1) * 1.0)
     launch = ["--count", 50000, "--reps", 2]
     alloc = ["--bytes", 1 << 20, "--count", 1000, "--reps", 3]
     warm = b.pool.start([{"name": "o-%s-%s" % (v, k), "kind": k, "mode": v, "pct": None,
@@ -47,13 +49,16 @@ def overhead(b, pb):
             break
         # Fresh launch/alloc processes per pair (one per way, started together), then A B (C)
         # A B (C): drift hits every way alike.
-        fresh = b.pool.start([{"name": "o-%s-la%d" % (v, i), "kind": "launch", "mode": v} for v in variants])
+        # "shim": preloaded without a tenant, which splits fracgpu's cost into the
+        # interposition's own and the tenant's policies (launch and allocation only).
+        fresh_ways = variants + ["shim"]
+        fresh = b.pool.start([{"name": "o-%s-la%d" % (v, i), "kind": "launch", "mode": v} for v in fresh_ways])
         for metric, args in (("launch", launch), ("alloc", alloc)):
-            for v, w in zip(variants, fresh):
+            for v, w in zip(fresh_ways, fresh):
                 (r,) = b.pool.round([(w, ["--mode", metric] + [str(a) for a in args])], limit=60)
                 vals[metric][v].append(value_of(r))
         b.pool.retire(keep=lambda w: "-la" not in w.name)
-        plan.started(len(variants) * 1.0)
+        plan.started((len(variants) + 1) * 1.0)
         if i >= loop_pairs:
             continue
         for metric in ("eager", "graph"):
@@ -76,13 +81,15 @@ def overhead_row(b, name, unit, vals):
            "fracgpu": median(vals["frac"]), "ratio": median(ratios), "ratio_spread": spread(ratios),
            "native_spread": spread(vals["native"]), "fracgpu_spread": spread(vals["frac"]),
            "fresh_processes": name in ("launch", "alloc")}
-    if "hami" in vals:
-        hr = [h / n for h, n in zip(vals["hami"], vals["native"]) if h and n]
-        row.update({"hami": median(vals["hami"]), "hami_ratio": median(hr), "hami_ratio_spread": spread(hr)})
+    for way in ("hami", "shim"):
+        if way in vals:
+            wr = [h / n for h, n in zip(vals[way], vals["native"]) if h and n]
+            row.update({way: median(vals[way]), way + "_ratio": median(wr), way + "_ratio_spread": spread(wr)})
     b.rec.add("overhead", **row)
     b.series["overhead"][name] = {"values": vals, "ratios": ratios}
-    b.say("  overhead %s: native %s, fracgpu %s, ratio %s" % (name, _f(row["native"]), _f(row["fracgpu"]),
-                                                              _f(row["ratio"], "%.4f")))
+    b.say("  overhead %s: native %s, fracgpu %s, ratio %s%s" % (
+        name, _f(row["native"]), _f(row["fracgpu"]), _f(row["ratio"], "%.4f"),
+        ", shim without a tenant %s" % _f(row["shim_ratio"], "%.4f") if "shim_ratio" in row else ""))
 
 
 # ---------------------------------------------------------------- work conservation

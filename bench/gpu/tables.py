@@ -33,11 +33,14 @@ def overhead(rows, doc):
         body.append([r["metric"], r.get("unit", ""), f(r.get("native")), f(r.get("fracgpu")),
                      "%s (%s)" % (f(r.get("ratio"), "%.4f"), spread_text(r.get("ratio_spread"), "%.3f")),
                      "%s (%s)" % (f(r.get("hami_ratio"), "%.4f"), spread_text(r.get("hami_ratio_spread"), "%.3f"))
-                     if r.get("hami_ratio") is not None else "-"])
+                     if r.get("hami_ratio") is not None else "-",
+                     f(r.get("shim_ratio"), "%.4f")])
     return md_table(["metric", "unit", "native", "fracgpu", "fracgpu / native (min–max, pairs)",
-                     "HAMi-core / native"], body) + [
+                     "HAMi-core / native", "shim without a tenant / native"], body) + [
         "", "Ratios are medians of paired runs alternated in the same call (launch and allocation: a fresh "
-            "process per pair); above 1 is slower than native."]
+            "process per pair); above 1 is slower than native. \"Shim without a tenant\": the shim preloaded "
+            "with no tenant to join, every hook only forwarding — the interposition's own share of fracgpu's "
+            "cost (launch and allocation only)."]
 
 
 # ---------------------------------------------------------------- shares

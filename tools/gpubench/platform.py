@@ -54,7 +54,7 @@ class Platform:
         return child_env(extra)
 
     def env(self, mode, socket=None, mps=None, percent=None, hami=None, memory=None, extra=None, hami_cache=None):
-        """mode: native | mps (mps: an Mps, percent) | frac (socket) | hami (hami: the
+        """mode: native | mps (mps: an Mps, percent) | frac (socket) | shim (no tenant) | hami (hami: the
         libvgpu.so path, percent: SM limit, memory: e.g. '8g', hami_cache: the file of the
         HAMi-core "container" this process belongs to: HAMi-core keeps one shared region per
         such file, and the first process of a region sets its limits for all the others, so
@@ -65,6 +65,8 @@ class Platform:
         elif mode == "frac":
             e["LD_PRELOAD"] = self.shim
             e["FRACGPU_SOCKET"] = socket
+        elif mode == "shim":  # preloaded with no tenant to join: every hook only forwards
+            e["LD_PRELOAD"] = self.shim
         elif mode == "hami":
             e["LD_PRELOAD"] = hami
             if percent is not None:
