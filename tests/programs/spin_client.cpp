@@ -9,12 +9,18 @@
 // Latency mode (--think-us): the client behaves like a request-serving tenant. A request
 // is --stream-sync-every launches followed by cuStreamSynchronize; its latency runs from
 // the first launch call to the sync's return (gate wait included). Between requests the
-// host "thinks" (sleeps) for --think-us. The report then also carries percentiles of the
-// request latency in microseconds, over requests that started after --warmup-ms.
+// host "thinks" (sleeps) as --arrivals says: `regular` sleeps --think-us after each
+// request; `poisson` sleeps an exponentially distributed time of mean --think-us (capped
+// at 100 means; drawn from a generator seeded with --seed, so a run is repeatable), i.e.
+// requests arrive as a Poisson process while the last one is not pending; `burst` issues
+// --burst-size requests back to back, then sleeps --think-us. The report then also
+// carries percentiles of the request latency in microseconds, over requests that started
+// after --warmup-ms.
 //
 //   fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-]
 //                       [--stream-sync-every K] [--stream legacy|created]
 //                       [--think-us T] [--warmup-ms W] [--device N] [--blocks B]
+//                       [--arrivals regular|poisson|burst] [--seed S] [--burst-size N]
 //
 //   --kernel-us N           kernel length in microseconds, 1..10000000 (default 1000)
 //   --seconds S             run time in seconds, > 0 (default 10)
@@ -23,8 +29,9 @@
 //                           "-" = stdout)
 //   --stream-sync-every K   cuStreamSynchronize after every K launches, 1..100000 (default 8)
 //   --stream legacy|created the legacy default stream (default) or a cuStreamCreate'd one
-//   --think-us T            latency mode: sleep T microseconds (0..10000000) after each
-//                           request; the report adds "requests" (counted) and
+//   --think-us T            latency mode: the think time T in microseconds (0..10000000)
+//                           after a request (a mean for poisson, after each burst for
+//                           burst); the report adds "requests" (counted) and
 //                           "latency_us":{"p50","p90","p99","p999","max","mean"}
 //   --device N              the device ordinal to run on, 0..63 (default 0)
 //   --blocks B              blocks per launch, 1..65535 (default 1). The simulated GPU's
@@ -33,6 +40,10 @@
 //                           count makes a launch take several times longer there
 //   --warmup-ms W           latency mode: requests starting in the first W ms (0..600000,
 //                           default 0) run but are not counted
+//   --arrivals A            latency mode: how requests follow each other (default regular,
+//                           see above); the report adds "arrivals":A
+//   --seed S                poisson: the generator's seed, 0..2^32-1 (default 1)
+//   --burst-size N          burst: requests per burst, 1..10000 (default 4)
 //
 // The module is the PTX below: the simulated driver accepts any image and resolves the
 // name to its own spin kernel; a real driver JIT-compiles it, and the kernel busy-waits
@@ -50,6 +61,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +90,20 @@ $L_spin:
 }
 )";
 
+enum class Arrivals { kRegular, kPoisson, kBurst };
+
+const char* arrivals_name(Arrivals a) {
+  switch (a) {
+    case Arrivals::kPoisson:
+      return "poisson";
+    case Arrivals::kBurst:
+      return "burst";
+    case Arrivals::kRegular:
+      break;
+  }
+  return "regular";
+}
+
 struct Options {
   uint32_t kernel_us = 1000;
   double seconds = 10;
@@ -89,6 +115,9 @@ struct Options {
   unsigned long warmup_ms = 0;
   int device = 0;
   unsigned blocks = 1;
+  Arrivals arrivals = Arrivals::kRegular;
+  uint32_t seed = 1;
+  unsigned long burst_size = 4;
 };
 
 std::atomic<bool> g_stop{false};
@@ -102,7 +131,8 @@ void on_signal(int) {
                "fracgpu-spin-client: %s\n"
                "usage: fracgpu-spin-client [--kernel-us N] [--seconds S] [--report FILE|-] "
                "[--stream-sync-every K] [--stream legacy|created] [--think-us T] [--warmup-ms W] "
-               "[--device N] [--blocks B]\n",
+               "[--device N] [--blocks B] [--arrivals regular|poisson|burst] [--seed S] "
+               "[--burst-size N]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -152,6 +182,21 @@ Options parse(int argc, char** argv) {
     } else if (a == "--warmup-ms") {
       if (!parse_unsigned(v, 0, 600'000, &n)) usage("--warmup-ms must be 0..600000");
       o.warmup_ms = n;
+    } else if (a == "--arrivals") {
+      if (std::strcmp(v, "regular") == 0)
+        o.arrivals = Arrivals::kRegular;
+      else if (std::strcmp(v, "poisson") == 0)
+        o.arrivals = Arrivals::kPoisson;
+      else if (std::strcmp(v, "burst") == 0)
+        o.arrivals = Arrivals::kBurst;
+      else
+        usage("--arrivals must be regular, poisson or burst");
+    } else if (a == "--seed") {
+      if (!parse_unsigned(v, 0, UINT32_MAX, &n)) usage("--seed must be 0..4294967295");
+      o.seed = static_cast<uint32_t>(n);
+    } else if (a == "--burst-size") {
+      if (!parse_unsigned(v, 1, 10'000, &n)) usage("--burst-size must be 1..10000");
+      o.burst_size = n;
     } else if (a == "--stream") {
       if (std::strcmp(v, "legacy") == 0)
         o.created_stream = false;
@@ -178,6 +223,36 @@ Options parse(int argc, char** argv) {
     CUresult rc_ = (call);                    \
     if (rc_ != CUDA_SUCCESS) die(#call, rc_); \
   } while (0)
+
+// The host's pause after each request, as --arrivals says (microseconds, 0 = none).
+class ThinkTime {
+ public:
+  explicit ThinkTime(const Options& o)
+      : o_(o), random_(o.seed), gap_(1.0 / static_cast<double>(std::max(o.think_us, 1ul))) {}
+
+  unsigned long next_us() {
+    switch (o_.arrivals) {
+      case Arrivals::kPoisson:
+        // Capped at 100 means: a rare huge draw would otherwise stall a short run.
+        return o_.think_us == 0 ? 0
+                                : static_cast<unsigned long>(std::min(
+                                      gap_(random_), 100.0 * static_cast<double>(o_.think_us)));
+      case Arrivals::kBurst:
+        if (++in_burst_ < o_.burst_size) return 0;
+        in_burst_ = 0;
+        return o_.think_us;
+      case Arrivals::kRegular:
+        break;
+    }
+    return o_.think_us;
+  }
+
+ private:
+  const Options& o_;
+  std::mt19937_64 random_;
+  std::exponential_distribution<double> gap_;  // rate 1/think_us: mean think_us
+  unsigned long in_burst_ = 0;
+};
 
 }  // namespace
 
@@ -211,6 +286,7 @@ int main(int argc, char** argv) {
                                std::chrono::duration<double>(o.seconds));
   std::vector<uint32_t> latencies_us;  // latency mode: one per counted request
   const auto warmup_end = start + std::chrono::milliseconds(o.warmup_ms);
+  ThinkTime think(o);
   while (!g_stop.load() && std::chrono::steady_clock::now() < end) {
     if (o.latency_mode) {
       const auto request_start = std::chrono::steady_clock::now();
@@ -225,7 +301,8 @@ int main(int argc, char** argv) {
             std::chrono::duration_cast<std::chrono::microseconds>(done - request_start).count();
         latencies_us.push_back(static_cast<uint32_t>(std::min<int64_t>(took_us, UINT32_MAX)));
       }
-      if (o.think_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.think_us));
+      const unsigned long pause_us = think.next_us();
+      if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
       continue;
     }
     CHECK(cuLaunchKernel(spin, o.blocks, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
@@ -262,11 +339,11 @@ int main(int argc, char** argv) {
       for (uint32_t v : latencies_us) sum += v;
       const double mean = latencies_us.empty() ? 0 : sum / static_cast<double>(latencies_us.size());
       std::fprintf(out,
-                   "{\"kernels\":%llu,\"seconds\":%.6f,\"requests\":%zu,\"latency_us\":{\"p50\":%"
-                   "lu,\"p90\":%lu,"
-                   "\"p99\":%lu,\"p999\":%lu,\"max\":%lu,\"mean\":%.1f}}\n",
-                   kernels, elapsed, latencies_us.size(), pct(0.50), pct(0.90), pct(0.99),
-                   pct(0.999), pct(1.0), mean);
+                   "{\"kernels\":%llu,\"seconds\":%.6f,\"requests\":%zu,\"arrivals\":\"%s\","
+                   "\"latency_us\":{\"p50\":%lu,\"p90\":%lu,\"p99\":%lu,\"p999\":%lu,\"max\":%lu,"
+                   "\"mean\":%.1f}}\n",
+                   kernels, elapsed, latencies_us.size(), arrivals_name(o.arrivals), pct(0.50),
+                   pct(0.90), pct(0.99), pct(0.999), pct(1.0), mean);
     } else {
       std::fprintf(out, "{\"kernels\":%llu,\"seconds\":%.6f}\n", kernels, elapsed);
     }
