@@ -15,13 +15,17 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-2}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
-# clang with its libFuzzer runtime (Debian's clang pulls libclang-common-14-dev, which has it).
+# clang with its libFuzzer runtime. Debian 12's clang pulls libclang-common-14-dev, which only
+# recommends libclang-rt-14-dev, the package of libclang_rt.fuzzer*.a: name it, since CI
+# installs without recommends.
 runtime_ok() {
   command -v clang++ >/dev/null &&
     compgen -G "$(clang++ -print-runtime-dir 2>/dev/null)/libclang_rt.fuzzer*.a" >/dev/null
 }
 if ! runtime_ok; then
-  apt-get install -y --no-install-recommends clang || { apt-get update && apt-get install -y --no-install-recommends clang; }
+  apt-get install -y --no-install-recommends clang libclang-rt-14-dev ||
+    { apt-get update && apt-get install -y --no-install-recommends clang libclang-rt-14-dev; }
+  runtime_ok || { echo "ci_fuzz: clang's libFuzzer runtime is still missing" >&2; exit 1; }
 fi
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFRACGPU_FUZZ=ON \
