@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -54,6 +55,10 @@ FRACGPU_OLDEST_VERSION_OF(int, pthread_create,
                           (pthread_t * thread, const pthread_attr_t* attr, void* (*start)(void*),
                            void* arg),
                           (thread, attr, start, arg), noexcept)
+FRACGPU_OLDEST_VERSION_OF(int, pthread_join, (pthread_t thread, void** result), (thread, result))
+// (2.32 moved pthread_sigmask into libc under a new version; 2.34 brought the macro above.)
+FRACGPU_OLDEST_VERSION_OF(int, pthread_sigmask, (int how, const sigset_t* set, sigset_t* old_set),
+                          (how, set, old_set), noexcept)
 FRACGPU_OLDEST_VERSION_OF(int, pthread_once, (pthread_once_t * once, void (*init)(void)),
                           (once, init))
 FRACGPU_OLDEST_VERSION_OF(int, pthread_attr_setstacksize, (pthread_attr_t * attr, size_t size),

@@ -1,7 +1,7 @@
 // What each wrapper does between "ask the core" and "call the driver", declared from the
 // kind column of tables/hooks.def: the primary template forwards unchanged (FORWARD); a
 // BODY row gets an explicit specialisation here, its signature taken from the row's
-// PFN_ typedef, defined in the file for its concern (proc_address_hooks.cpp,
+// PFN_ typedef, defined in the file for its concern (proc_address_hooks.cpp, ipc_hooks.cpp,
 // memory_hooks.cpp, vmm_hooks.cpp, context_hooks.cpp, pool_hooks.cpp, capture_hooks.cpp)
 // as one call into the tenant's policies (core/tenant_policies.h); a GATED row gets the
 // gated body of launch_hooks.h. Declaring them all here guarantees that hook_wrappers.cpp

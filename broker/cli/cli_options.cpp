@@ -125,10 +125,18 @@ void add_quota_flags(CLI::App& app, QuotaFlags& f, QuotaCommand command) {
                  "Hard compute ceiling, 1-100% of the GPU, or none (default none), or per device: "
                  "0=50,1=none");
   app.add_option("--priority", f.priority, "high, normal or low (default normal)");
+  // Checked where it is parsed: an empty value would otherwise read as "not given".
   app.add_option("--swap", f.swap,
                  "allow: the broker may move this tenant's memory to host memory when a "
                  "guaranteed tenant needs the GPU's memory or this one is idle; never (default): "
-                 "its memory stays on the GPU");
+                 "its memory stays on the GPU")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            return value == "allow" || value == "never"
+                       ? std::string()
+                       : "must be allow or never, not \"" + value.substr(0, 40) + "\"";
+          },
+          "allow|never"));
 }
 
 Result<std::vector<unsigned>> resolve_gpus(const std::vector<unsigned>& given) {

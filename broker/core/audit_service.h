@@ -50,6 +50,9 @@ class AuditService {
   // Opens NVML unless the interval is 0; logs one line either way.
   void open();
   bool nvml_available() const { return nvml_ != nullptr; }
+  // The NVML samples the audit reads, for the bounds of a lost ledger's re-charges
+  // (recharge_policy.h); nullptr without NVML.
+  GpuUsagePort* usage_port() const { return nvml_.get(); }
   int interval_ms() const { return options_.interval_ms; }
 
   void audit_tick();

@@ -129,19 +129,21 @@ Status Broker::start() {
   if (!restored) return Status::failure(restored.error());
   spdlog::info("{} tenant(s) restored from {}/tenants.json, {} quarantined", *restored,
                options_.state_dir, registry_->quarantined().size());
+  // The audit before the tenants' sockets: their handlers read it (a flagged tenant gets
+  // no burst; NVML bounds a lost ledger's re-charges).
+  audit_ =
+      std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
+  audit_->open();
   for (Tenant* t : registry_->all()) {
     if (auto s = open_tenant_socket(*t); !s)
       spdlog::error("tenant {}: {}", t->spec.name, s.error());
     adopt_processes(*t);
   }
-  audit_ =
-      std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
   enforcer_ = std::make_unique<GuaranteeEnforcer>(
       EnforcerConfig{.host_budget = options_.swap_host_budget_bytes,
                      .kill_unswappable = options_.reclaim == "kill",
                      .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9)},
       [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
-  audit_->open();
   audit_->note_grants();  // the grants as restored: the books check's starting record
   ComputeConfig compute_config = options_.compute;
   compute_config.mps = mps_ && mps_->running();
@@ -188,7 +190,8 @@ void Broker::start_mps() {
 Status Broker::open_tenant_socket(Tenant& tenant) {
   auto server = std::make_unique<TenantSocketServer>(
       loop_,
-      TenantServices{*registry_, *tracker_, *reconciler_, arbiter_, audit_.get(), mps_.get()},
+      TenantServices{*registry_, *tracker_, *reconciler_, arbiter_, audit_.get(), mps_.get(),
+                     audit_ ? audit_->usage_port() : nullptr},
       tenant.spec.name);
   if (auto s = server->listen(); !s) return s;
   tenant_servers_[tenant.spec.name] = std::move(server);

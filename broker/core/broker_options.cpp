@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/metrics_server.h"
@@ -98,7 +99,18 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "Move a tenant that allows swapping entirely to host memory once its processes "
                  "have not touched device memory for SECONDS (default 0: never); it resumes at its "
                  "next launch or copy")
-      ->check(CLI::Range(0.0, 30.0 * 86400));
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            // CLI::Range lets NaN through (every comparison with it is false).
+            char* end = nullptr;
+            const double seconds = std::strtod(value.c_str(), &end);
+            if (value.empty() || *end != '\0' || !std::isfinite(seconds) || seconds < 0 ||
+                seconds > 30.0 * 86400)
+              return "must be a number of seconds from 0 to 2592000 (30 days), not \"" +
+                     value.substr(0, 40) + "\"";
+            return std::string();
+          },
+          "SECONDS"));
   app.add_option("--ready-fd", o.ready_fd,
                  "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal

@@ -20,6 +20,25 @@ uint64_t borrowed(const DeviceQuota& q) {
   return grant > request ? grant - request : 0;
 }
 
+// A grant below what is used: a process brought its memory back from host while no broker
+// answered (interpose/core/swap_engine.cpp, reserve_back: it fails open), or charged memory
+// that already existed past its grant (a pool's rounding). That memory is on the device:
+// the grant is raised over it (never above the limit) so that the sums below count what is
+// really borrowed, and a guarantee it breaks is enforced again. Raising a grant is always
+// safe for racing processes.
+bool cover_used(DeviceQuota& q, const DeviceUsage& u) {
+  const uint64_t used = u.used.load(), grant = q.memory_grant.load();
+  const uint64_t raised = std::min(used, q.memory_limit.load());
+  if (raised <= grant) return false;
+  q.memory_grant.store(raised);
+  return true;
+}
+
+// The report's figure: `bytes` as a size and exactly.
+std::string sized(uint64_t bytes) {
+  return format_size(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
+
 void publish_target(DeviceQuota& q, uint64_t target) {
   q.resident_target.store(target);
   q.swap_word.fetch_add(1);
@@ -36,13 +55,19 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
                              int64_t now_ns) {
   // One pass: the GPUs in use, in order (a node has a handful: a sorted vector, no tree
   // per tick), and what is on host memory now.
+  // What open demands of earlier ticks will still move is promised to the budget too: a
+  // demand still copying has not reached `swapped` yet.
   std::vector<uint32_t> gpus;
   uint64_t on_host = 0;
   for (const auto& m : all)
     for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i) {
-      on_host += m.ledger->devices[i].swapped.load();
+      const DeviceUsage& u = m.ledger->devices[i];
+      on_host += u.swapped.load();
       if (m.quota->devices[i].present != 1) continue;
       const uint32_t g = m.quota->devices[i].host_index;
+      if (!demands_.empty())
+        if (auto d = demands_.find(key(m.name, g)); d != demands_.end())
+          on_host += u.used.load() > d->second.target ? u.used.load() - d->second.target : 0;
       auto at = std::lower_bound(gpus.begin(), gpus.end(), g);
       if (at == gpus.end() || *at != g) gpus.insert(at, g);
     }
@@ -56,6 +81,12 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
       return m.name == it->second.tenant;
     });
     it = present ? std::next(it) : demands_.erase(it);
+  }
+  for (auto it = pinned_.begin(); it != pinned_.end();) {
+    const bool present = std::any_of(all.begin(), all.end(), [&](const ArbiterMember& m) {
+      return it->first.starts_with(m.name + "/");
+    });
+    it = present ? std::next(it) : pinned_.erase(it);
   }
   return changed;
 }
@@ -94,13 +125,20 @@ bool GuaranteeEnforcer::settle(const Holding& h, int64_t now_ns) {
     return true;
   }
   if (now_ns >= d.deadline_ns && !d.reported) {
+    // Nothing moved for the grace period: every process moved what it could, so what the
+    // tenant still holds there is what cannot move.
     d.reported = true;
-    unswappable(h, used - d.target, "did not move it to host memory in time", now_ns);
+    pinned_[it->first] = used;
+    unswappable(h, used - d.target,
+                "did not move it to host memory in time: " + sized(used) +
+                    " of its memory there is pinned (contexts, and allocations fracgpu does not "
+                    "back for swapping)",
+                now_ns);
   }
   return false;
 }
 
-void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const char* why,
+void GuaranteeEnforcer::unswappable(const Holding& h, uint64_t bytes, const std::string& why,
                                     int64_t now_ns) {
   ++unswappable_reports_;
   const std::string& name = h.member->name;
@@ -120,14 +158,22 @@ void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
   const uint64_t used = h.usage->used.load();
   const std::string k = key(h.member->name, h.quota->host_index);
   if (h.quota->swap_policy.load() != kSwapAllow) {
-    unswappable(h, take, "its memory may not move (swap never)", now_ns);
+    pinned_[k] = used;
+    unswappable(
+        h, take,
+        "its memory may not move (swap never): all " + sized(used) + " of it there is pinned",
+        now_ns);
     return;
   }
   if (take > *budget_left) {
-    unswappable(h, take, "the node's host-memory budget for swapped memory is spent", now_ns);
+    unswappable(h, take,
+                "the node's host-memory budget for swapped memory is spent (" +
+                    sized(*budget_left) + " of it left)",
+                now_ns);
     return;
   }
   *budget_left -= take;
+  last_report_ns_.erase(h.member->name);  // a later refusal is news again: reported at once
   SwapDemand d;
   d.tenant = h.member->name;
   d.gpu = h.quota->host_index;
@@ -202,12 +248,13 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
   std::vector<Holding> on_gpu;
   on_gpu.reserve(all.size());
   uint64_t guaranteed = 0, borrowed_sum = 0;
+  bool changed = false;
   for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage& u) {
     on_gpu.push_back({&m, &q, &u});
+    changed |= cover_used(q, u);
     guaranteed += q.memory_request.load();
     borrowed_sum += borrowed(q);
   });
-  bool changed = false;
   if (!demands_.empty())  // settling changes grants: the sums are taken again below
     for (const Holding& h : on_gpu) changed |= settle(h, now_ns);
   const uint64_t cap = arbiter.capacity(gpu);

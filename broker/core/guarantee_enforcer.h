@@ -18,8 +18,12 @@
 //     within the budget: a notebook left open gives its memory back and resumes at its next
 //     launch (an idle demand is never reported; it ends when the tenant is active again);
 //  5. reports a borrower that cannot (swap "never", budget spent, or the demand not met
-//     by its deadline: memory that cannot move) and, with reclaim = kill, stops its
-//     processes the way the kubelet evicts a pod over its request.
+//     by its deadline: memory that cannot move, whose bytes the report gives: pinned())
+//     and, with reclaim = kill, stops its processes the way the kubelet evicts a pod over
+//     its request.
+// The host budget counts what is on host and what open demands will still move there.
+// A grant below what is used (a process that brought its memory back while no broker
+// answered: it fails open) is raised over it first, so the sums see every borrowed byte.
 // Pure decisions over the segments; the clock and the kill are injected. Cost: one pass
 // over the tenants' device quotas per tick (no allocation unless something is borrowed).
 #pragma once
@@ -70,6 +74,10 @@ class GuaranteeEnforcer {
   bool busy() const { return !demands_.empty() || config_.idle_after_ns > 0; }
   const std::map<std::string, SwapDemand>& demands() const { return demands_; }
   uint64_t unswappable_reports() const { return unswappable_reports_; }
+  // By tenant/gpu: the bytes the tenant held there when it was last reported for memory
+  // that could not move (its demand unmet at the deadline after moving all it could, or
+  // swap never): contexts and allocations the shim does not back for swapping.
+  const std::map<std::string, uint64_t>& pinned() const { return pinned_; }
 
  private:
   struct Holding {
@@ -82,7 +90,7 @@ class GuaranteeEnforcer {
                    int64_t now_ns, uint64_t* budget_left);
   bool settle(const Holding& h, int64_t now_ns);
   void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
-  void unswappable(const Holding& h, uint64_t bytes, const char* why, int64_t now_ns);
+  void unswappable(const Holding& h, uint64_t bytes, const std::string& why, int64_t now_ns);
   bool idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns, uint64_t* budget_left);
   struct IdleState {
     uint64_t last_active = 0;  // the newest ProcessSlot.last_active_ns seen
@@ -95,6 +103,7 @@ class GuaranteeEnforcer {
   KillTenant kill_;
   std::map<std::string, SwapDemand> demands_;  // by tenant/gpu
   std::map<std::string, int64_t> last_report_ns_;
+  std::map<std::string, uint64_t> pinned_;  // see pinned()
   uint64_t unswappable_reports_ = 0;
 };
 

@@ -139,26 +139,99 @@ std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid,
   return std::nullopt;
 }
 
-std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time) {
-  if (auto existing = find_live_slot(ledger, pid, start_time)) return existing;
-  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
-    ProcessSlot& s = ledger.processes[i];
-    if (state_of(s) != SlotState::kFree) continue;
-    clear_usage(s);
-    s.op_seq.store(0);
-    for (SlotSchedule& sched :
-         ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
-      sched.launched_epoch.store(0);
-      sched.drained_epoch.store(0);
-      sched.waiting.store(0);
-      sched.swapped_pages.store(0);
-    }
-    s.pid.store(pid);
-    s.start_time.store(start_time);
-    s.state.store(static_cast<uint32_t>(SlotState::kLive));  // last: publishes the slot
-    return i;
+namespace {
+
+// Takes the Free slot `i` for pid/start_time (state Live last: publishes the slot).
+void take_slot(TenantLedger& ledger, uint32_t i, int32_t pid, uint64_t start_time) {
+  ProcessSlot& s = ledger.processes[i];
+  clear_usage(s);
+  s.op_seq.store(0);
+  for (SlotSchedule& sched : ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
+    sched.launched_epoch.store(0);
+    sched.drained_epoch.store(0);
+    sched.waiting.store(0);
+    sched.swapped_pages.store(0);
+  }
+  s.pid.store(pid);
+  s.start_time.store(start_time);
+  s.state.store(static_cast<uint32_t>(SlotState::kLive));
+}
+
+std::optional<uint32_t> free_slot_index(const TenantLedger& ledger, const ClaimOptions& options) {
+  auto free_at = [&](uint32_t i) { return state_of(ledger.processes[i]) == SlotState::kFree; };
+  if (options.prefer && *options.prefer < kMaxProcesses && free_at(*options.prefer))
+    return *options.prefer;
+  for (uint32_t k = 0; k < kMaxProcesses; ++k) {
+    const uint32_t i = options.from_top ? kMaxProcesses - 1 - k : k;
+    if (free_at(i)) return i;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time,
+                                   const ClaimOptions& options) {
+  if (auto existing = find_live_slot(ledger, pid, start_time)) return existing;
+  const auto i = free_slot_index(ledger, options);
+  if (i) take_slot(ledger, *i, pid, start_time);
+  return i;
+}
+
+std::optional<uint32_t> claim_placeholder(TenantLedger& ledger) {
+  const auto i = free_slot_index(ledger, ClaimOptions{.prefer = std::nullopt, .from_top = true});
+  if (i) take_slot(ledger, *i, 0, 0);
+  return i;
+}
+
+void free_claimed_slot(TenantLedger& ledger, uint32_t slot) {
+  if (slot < kMaxProcesses) free_slot(ledger.processes[slot]);
+}
+
+bool is_placeholder(const ProcessSlot& slot) {
+  return state_of(slot) == SlotState::kLive && slot.pid.load() == 0 && slot.start_time.load() == 0;
+}
+
+uint32_t release_placeholders(TenantLedger& ledger) {
+  uint32_t found = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    if (!is_placeholder(ledger.processes[i])) continue;
+    mark_dead(ledger, i);
+    ++found;
+  }
+  if (found > 0) reclaim_dead_slots(ledger, 1000);  // a retry, if needed, is the reconciler's
+  return found;
+}
+
+void charge(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes) {
+  if (slot < kMaxProcesses && device < kMaxDevices && bytes > 0)
+    ledger_protocol::force_charge(ledger, slot, device, bytes);
+}
+
+Booked booked(const TenantLedger& ledger, uint32_t slot, uint32_t device) {
+  if (slot >= kMaxProcesses || device >= kMaxDevices) return {};
+  return {ledger.processes[slot].used[device].load(), swapped_of(ledger, device)(slot)};
+}
+
+Booked recharge(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t used,
+                uint64_t swapped) {
+  if (slot >= kMaxProcesses || device >= kMaxDevices) return {};
+  ProcessSlot& s = ledger.processes[slot];
+  DeviceUsage& usage = ledger.devices[device];
+  ledger_protocol::SlotOperation operation(s);
+  const uint64_t held = s.used[device].load();
+  if (used > held) {
+    s.used[device].fetch_add(used - held);
+    ledger_protocol::raise_peak(usage, usage.used.fetch_add(used - held) + (used - held));
+  }
+  std::atomic<uint32_t>& pages = ledger.schedule[slot][device].swapped_pages;
+  const uint64_t want_pages = std::min<uint64_t>(swapped / kSwapPage, UINT32_MAX);
+  const uint64_t have_pages = pages.load();
+  if (want_pages > have_pages) {
+    pages.fetch_add(static_cast<uint32_t>(want_pages - have_pages));
+    usage.swapped.fetch_add((want_pages - have_pages) * kSwapPage);
+  }
+  return {s.used[device].load(), uint64_t{pages.load()} * kSwapPage};
 }
 
 void mark_dead(TenantLedger& ledger, uint32_t slot) {

@@ -22,9 +22,45 @@ void initialize(TenantLedger& ledger);
 std::optional<uint32_t> find_live_slot(const TenantLedger& ledger, int32_t pid,
                                        uint64_t start_time);
 
+// Where claim_slot looks for a free slot: `prefer` first (a re-registering process's old
+// slot), then from the lowest index, or from the highest while a rebuild is pending (so a
+// new process does not take the old slot of one that has yet to re-register and may still
+// write it; tenant_segment.h, "A ledger lost").
+struct ClaimOptions {
+  std::optional<uint32_t> prefer;
+  bool from_top = false;
+};
+
 // find_live_slot, else a free slot filled with pid/start_time and state=Live.
 // nullopt when all kMaxProcesses slots are taken.
-std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time);
+std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time,
+                                   const ClaimOptions& options = {});
+
+// The placeholder of a pending rebuild (tenant_segment.h, "A ledger lost"): the highest
+// free slot, Live with pid 0 and start time 0 (no process), for the broker to charge.
+std::optional<uint32_t> claim_placeholder(TenantLedger& ledger);
+// Frees a slot whose counters were released (a placeholder): state Free last.
+void free_claimed_slot(TenantLedger& ledger, uint32_t slot);
+bool is_placeholder(const ProcessSlot& slot);
+// The placeholders a broker left when it stopped during a hold: released (by the reclaim
+// rules: exact unless it died inside a charge) and freed. Returns how many there were.
+uint32_t release_placeholders(TenantLedger& ledger);
+
+// Counts `bytes` in the slot and the tenant's counter (the slot first), never refusing:
+// what the broker books for a placeholder.
+void charge(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t bytes);
+
+// A re-registration's re-charge: raises what `slot` books on `device` to `used` resident
+// bytes and `swapped` bytes on host (rounded down to kSwapPage), never lowering either;
+// the slot first, then the tenant's counters, inside an op_seq bracket. Returns what the
+// slot books afterwards.
+struct Booked {
+  uint64_t used = 0;
+  uint64_t swapped = 0;
+};
+Booked recharge(TenantLedger& ledger, uint32_t slot, uint32_t device, uint64_t used,
+                uint64_t swapped);
+Booked booked(const TenantLedger& ledger, uint32_t slot, uint32_t device);
 
 void mark_dead(TenantLedger& ledger, uint32_t slot);
 

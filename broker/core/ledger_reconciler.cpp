@@ -1,5 +1,6 @@
-// Reclaim scheduling for LedgerReconciler; the counter arithmetic itself is in
-// ledger_ops.cpp.
+// Reclaim scheduling for LedgerReconciler, and the entry points of the lost ledgers'
+// holds; the counter arithmetic itself is in ledger_ops.cpp, the holds in
+// ledger_rebuild.cpp.
 #include "core/ledger_reconciler.h"
 
 #include <spdlog/spdlog.h>
@@ -14,6 +15,10 @@ void LedgerReconciler::process_died(Tenant& tenant, uint32_t slot) {
 }
 
 void LedgerReconciler::reconcile(Tenant& tenant) {
+  // One scan for every tenant whose ledger was lost, at the first of them (at start the
+  // broker reconciles each tenant before it serves anything).
+  if (tenant.segments->lost_ledger())
+    rebuilds_.begin(registry_.all(), LedgerRebuilds::Clock::now());
   if (ledger::reclaim_dead_slots(tenant.ledger(), kAttemptsPerPass)) {
     pending_.erase(tenant.spec.name);
     return;
@@ -33,6 +38,18 @@ void LedgerReconciler::tick() {
              ? pending_.erase(it)
              : std::next(it);
   }
+  if (++ticks_ % kHeaderCheckEvery == 0) check_headers();
+  rebuilds_.tick(registry_, LedgerRebuilds::Clock::now());
+}
+
+// A header zeroed under the running broker: rebuilt from the slots like at start, and
+// held like at start. One load per tenant, once a second.
+void LedgerReconciler::check_headers() {
+  bool rebuilt = false;
+  for (Tenant* t : registry_.all()) rebuilt = t->segments->rebuild_if_damaged() || rebuilt;
+  if (rebuilt)
+    rebuilds_.begin(registry_.all(), LedgerRebuilds::Clock::now(),
+                    LedgerRebuilds::Found::kWhileRunning);
 }
 
 }  // namespace fracgpu::broker

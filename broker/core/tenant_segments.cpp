@@ -20,6 +20,7 @@
 
 #include "core/ledger_ops.h"
 #include "core/segment_recovery.h"
+#include "fracgpu/futex_word.h"
 #include "fracgpu/paths.h"
 #include "fracgpu/protocol.h"
 
@@ -92,6 +93,28 @@ void initialize_quota(TenantQuota& q) {
   q.magic = kQuotaMagic;
 }
 
+// A value of TenantQuota.ledger_incarnation never used before: the wall clock mixed down
+// to 32 bits (a re-initialised quota starts again from 0, so a counter alone could repeat
+// the value a process saw), never 0 and never the current one.
+void new_incarnation(TenantQuota& q) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const uint32_t old = q.ledger_incarnation.load();
+  uint32_t next = static_cast<uint32_t>(static_cast<uint64_t>(now.tv_sec) * 1000003u) ^
+                  static_cast<uint32_t>(now.tv_nsec);
+  if (next == 0 || next == old) next = old + 1 == 0 ? 1 : old + 1;
+  q.ledger_incarnation.store(next);
+  futex_wake_all(q.ledger_incarnation);  // processes waiting on it re-register at once
+}
+
+void log_rebuild(const std::filesystem::path& path, const LedgerRebuild& r, const char* when) {
+  spdlog::warn(
+      "{}: the ledger header was not valid{}; rebuilt it from its processes' slots ({} live "
+      "process(es) kept, {} damaged or dead slot(s) cleared{})",
+      path.string(), when, r.live_slots, r.cleared_slots,
+      r.settled ? "" : ", counters set from a best-effort sum");
+}
+
 uint64_t kept_grant(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d) {
   const uint64_t old = slot.memory_grant.load();
   if (old > d.memory_limit) ledger::lower_grant(slot, usage, d.memory_limit);
@@ -148,6 +171,7 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
   const bool migrated = migrate_old_ledger(dir, ledger_path);
   std::error_code exists_ec;
   const bool ledger_existed = std::filesystem::exists(ledger_path, exists_ec);
+  const bool quota_existed = std::filesystem::exists(quota_path, exists_ec);
   if (auto s = prepare_file(quota_path, sizeof(TenantQuota), paths::kQuotaMode); !s)
     return R::failure(s.error());
   if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), paths::kLedgerMode); !s)
@@ -166,6 +190,9 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
   struct stat st {};  // the mapped file's identity, for ledger_descriptor()
   if (::fstat(seg->ledger_file_.get_mapping_handle().handle, &st) != 0)
     return R::failure("cannot stat " + ledger_path.string() + ": " + std::strerror(errno));
+  struct stat quota_st {};
+  if (::fstat(seg->quota_file_.get_mapping_handle().handle, &quota_st) == 0)
+    seg->quota_id_ = {quota_st.st_dev, quota_st.st_ino};
   seg->ledger_path_ = ledger_path;
   seg->ledger_dev_ = st.st_dev;
   seg->ledger_ino_ = st.st_ino;
@@ -178,17 +205,38 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
     seg->quota_fresh_ = true;
   }
   if (!seg->ledger_reused_ && ledger_existed) {
-    const LedgerRebuild r = rebuild_ledger(*seg->ledger_);
+    log_rebuild(ledger_path, rebuild_ledger(*seg->ledger_), "");
     seg->ledger_rebuilt_ = true;
-    spdlog::warn(
-        "{}: the ledger header was not valid; rebuilt it from its processes' slots ({} live "
-        "process(es) kept, {} damaged or dead slot(s) cleared{})",
-        ledger_path.string(), r.live_slots, r.cleared_slots,
-        r.settled ? "" : ", counters set from a best-effort sum");
   } else if (!seg->ledger_reused_) {
     ledger::initialize(*seg->ledger_);
+    if (quota_existed)
+      spdlog::warn("{}: the tenant's ledger was missing; created it anew", ledger_path.string());
+  }
+  if (seg->ledger_reused_ && ledger::release_placeholders(*seg->ledger_) > 0) {
+    // A broker stopped while it held the memory of a lost ledger's processes: some may not
+    // have re-registered yet, so the hold starts again (ledger_rebuild.h).
+    spdlog::warn(
+        "{}: released the hold of a lost ledger that the previous broker kept; holding "
+        "again until its processes re-register",
+        ledger_path.string());
+    seg->lost_ledger_ = true;
+  }
+  if (!seg->ledger_reused_) {
+    // Stamped above; the socket serves only after open(): a process that re-registers
+    // finds the new ledger.
+    new_incarnation(*seg->quota_);
+    seg->lost_ledger_ = quota_existed;
   }
   return R(std::move(seg));
+}
+
+bool TenantSegments::rebuild_if_damaged() {
+  if (ledger_layout_ok(*ledger_, ledger_region_.get_size())) return false;
+  log_rebuild(ledger_path_, rebuild_ledger(*ledger_), " while the broker ran");
+  ledger_rebuilt_ = true;
+  new_incarnation(*quota_);
+  lost_ledger_ = true;
+  return true;
 }
 
 int TenantSegments::ledger_descriptor(bool writable) const {

@@ -6,7 +6,11 @@
 // broker restart the tenant's processes still have it mapped and keep counting in it,
 // and a ledger of the old layout (<dir>/ledger) is moved by rename, so it stays the same
 // file for the processes that map it. An existing ledger whose header is damaged is
-// rebuilt from its processes' slots rather than zeroed (segment_recovery.h).
+// rebuilt from its processes' slots rather than zeroed (segment_recovery.h). Whenever the
+// ledger had to be rebuilt or re-created, the quota's ledger_incarnation changes (and is
+// woken), so that the processes that map the quota re-register and re-charge what they
+// hold (tenant_segment.h, "A ledger lost"). No hot path: open at start or create, the
+// header check once per maintenance second.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "common/result.h"
 #include "core/gpu_inventory.h"
@@ -40,6 +45,20 @@ class TenantSegments {
   bool ledger_migrated() const { return ledger_migrated_; }  // it came from <dir>/ledger
   // An existing ledger with a bad header, rebuilt from its slots (segment_recovery.h).
   bool ledger_rebuilt() const { return ledger_rebuilt_; }
+  // The ledger was rebuilt or re-created while the quota file was already there: live
+  // processes that map the quota may have lost their slots. True once, for the caller that
+  // holds their memory until they re-register (ledger_rebuild.h).
+  bool lost_ledger() const { return lost_ledger_; }
+  bool take_lost_ledger() { return std::exchange(lost_ledger_, false); }
+  // A ledger whose header turned invalid while the broker runs (zeroed under it) is rebuilt
+  // from its slots, as at open, with a new incarnation; false when the header is valid.
+  bool rebuild_if_damaged();
+  // The quota file's identity: every process of the tenant maps it, by path.
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  FileId quota_file() const { return quota_id_; }
 
   // A new descriptor of this ledger file (close-on-exec; the caller owns it), read-write
   // or read-only, for passing to a tenant process; -1 when the file at the ledger path
@@ -61,6 +80,8 @@ class TenantSegments {
   bool ledger_migrated_ = false;
   bool ledger_rebuilt_ = false;
   bool quota_fresh_ = false;  // re-initialised at open, until the first publish
+  bool lost_ledger_ = false;
+  FileId quota_id_;
   std::filesystem::path ledger_path_;
   dev_t ledger_dev_ = 0;
   ino_t ledger_ino_ = 0;

@@ -12,6 +12,8 @@
 #include "core/audit_service.h"
 #include "core/ledger_ops.h"
 #include "core/mps_daemon.h"
+#include "core/quantity_parser.h"
+#include "core/recharge_policy.h"
 #include "fracgpu/protocol.h"
 
 namespace fracgpu::broker {
@@ -81,6 +83,64 @@ void add_mps_fields(json& reply, MpsDaemon& mps, const Tenant& tenant, const Pee
   reply["mps_client_priority"] = mps_client_priority(tenant.spec);
 }
 
+// A re-registration's "slot" and "holdings" (protocol.h, minor 2), validated whole
+// before anything is claimed; both absent for a first registration.
+struct Rejoin {
+  std::optional<uint32_t> slot;
+  RechargeClaims claims;
+  bool has_holdings = false;
+};
+
+Result<Rejoin> rejoin_fields(const json& request, uint32_t device_count) {
+  using R = Result<Rejoin>;
+  Rejoin out;
+  if (request.contains("slot")) {
+    auto slot = uint_field(request, "slot", 0, kMaxProcesses - 1);
+    if (!slot) return R::failure(slot.error());
+    out.slot = static_cast<uint32_t>(*slot);
+  }
+  auto it = request.find("holdings");
+  if (it == request.end()) return out;
+  if (!it->is_array() || it->size() > kMaxDevices)
+    return R::failure("\"holdings\" must be an array of at most " + std::to_string(kMaxDevices) +
+                      " objects");
+  out.has_holdings = true;
+  for (const json& entry : *it) {
+    if (!entry.is_object()) return R::failure("each of \"holdings\" must be an object");
+    auto device = uint_field(entry, "device", 0, kMaxDevices - 1);
+    if (!device) return R::failure("holdings: " + device.error());
+    if (*device >= device_count)
+      return R::failure("holdings: device " + std::to_string(*device) +
+                        " is not one of the tenant's GPUs");
+    if (out.claims[*device])
+      return R::failure("holdings: device " + std::to_string(*device) + " is given twice");
+    auto used = uint_field(entry, "used", 0, UINT64_MAX);
+    if (!used) return R::failure("holdings: " + used.error());
+    RechargeClaim claim{*used, 0};
+    if (entry.contains("swapped")) {
+      auto swapped = uint_field(entry, "swapped", 0, UINT64_MAX);
+      if (!swapped) return R::failure("holdings: " + swapped.error());
+      claim.swapped = *swapped;
+    }
+    out.claims[*device] = claim;
+  }
+  return out;
+}
+
+// What the tenant's other processes book on `device` (the placeholder of a hold is not a
+// process: its bytes are the ones a re-charge takes over).
+uint64_t others_booked(const TenantLedger& ledger, uint32_t slot, uint32_t device) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    const ProcessSlot& s = ledger.processes[i];
+    if (i == slot || s.state.load() != static_cast<uint32_t>(SlotState::kLive) ||
+        ledger::is_placeholder(s))
+      continue;
+    sum += s.used[device].load();
+  }
+  return sum;
+}
+
 std::string uid_list(const std::vector<uint32_t>& uids) {
   std::string out;
   for (uint32_t uid : uids) out += (out.empty() ? "" : ", ") + std::to_string(uid);
@@ -136,6 +196,9 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
   if (auto problem = protocol_problem(request)) return LineServer::error_reply(*problem);
   if (peer.pending_fd >= 0)
     return LineServer::error_reply("a reply with a descriptor is still being sent");
+  const auto rejoin = rejoin_fields(request, tenant.quota().device_count);
+  if (!rejoin) return LineServer::error_reply(rejoin.error());
+  rebuild_if_damaged(tenant);
   // Opened before a slot is claimed: nothing to undo when it fails.
   const int ledger_fd = tenant.segments->ledger_descriptor(/*writable=*/true);
   if (ledger_fd < 0) {
@@ -156,7 +219,12 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
     return LineServer::error_reply("cannot identify the connecting process (pid " +
                                    std::to_string(pid) + " is not visible to the broker)");
   }
-  const auto slot = ledger::claim_slot(tenant.ledger(), pid, *start);
+  // While a lost ledger's processes re-register, a new process takes a slot from the top:
+  // the low ones may be the old slots of processes that have not come back yet.
+  const bool rebuilding = services_.reconciler.rebuilds().pending(tenant.spec.name);
+  const auto slot =
+      ledger::claim_slot(tenant.ledger(), pid, *start,
+                         ledger::ClaimOptions{rejoin->slot, rebuilding && !rejoin->slot});
   if (!slot) {
     return LineServer::error_reply("all " + std::to_string(kMaxProcesses) +
                                    " process slots of tenant '" + tenant.spec.name +
@@ -169,9 +237,16 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
   peer.slot = *slot;
   peer.pending_fd = guard.fd;  // LineServer sends it with the reply and closes it
   guard.fd = -1;
-  spdlog::info("tenant {}: pid {} (uid {}) registered in slot {}", tenant.spec.name, pid,
-               peer.cred.uid, *slot);
+  spdlog::info("tenant {}: pid {} (uid {}) registered in slot {}{}", tenant.spec.name, pid,
+               peer.cred.uid, *slot, rejoin->slot ? " again" : "");
+  json recharged;
+  if (rejoin->has_holdings) {
+    recharged = recharge(tenant, *slot, pid, *start, rejoin->claims);
+  } else if (rebuilding) {
+    services_.reconciler.rebuilds().reregistered(tenant, pid, *start, {});
+  }
   json reply = ok_reply();
+  if (!recharged.is_null()) reply["recharged"] = std::move(recharged);
   reply["protocol"] = protocol::kVersion;
   reply["protocol_minor"] = protocol::kMinorVersion;
   reply["tenant"] = tenant.spec.name;
@@ -182,10 +257,59 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
   return reply;
 }
 
+json TenantSocketServer::recharge(Tenant& tenant, uint32_t slot, pid_t pid, uint64_t start_time,
+                                  const RechargeClaims& claims) {
+  std::vector<GpuUsageSample> samples;
+  if (services_.usage != nullptr) samples = services_.usage->sample();  // once per re-registration
+  TenantLedger& ledger = tenant.ledger();
+  std::array<uint64_t, kMaxDevices> added{};
+  json out = json::array();
+  std::string said;
+  for (uint32_t d = 0; d < tenant.quota().device_count && d < kMaxDevices; ++d) {
+    if (!claims[d]) continue;
+    const DeviceQuota& q = tenant.quota().devices[d];
+    const GpuInfo* gpu = services_.registry.gpus().find(q.host_index);
+    const ledger::Booked before = ledger::booked(ledger, slot, d);
+    RechargeFacts facts;
+    facts.booked_used = before.used;
+    facts.booked_swapped = before.swapped;
+    facts.others = others_booked(ledger, slot, d);
+    facts.limit = q.memory_limit.load();
+    facts.device_memory = gpu != nullptr ? gpu->memory_total : facts.limit;
+    facts.footprint = q.context_footprint.load();
+    if (gpu != nullptr && services_.usage != nullptr)
+      facts.device_shows = device_usage_of(samples, pid, gpu->uuid);
+    const RechargeDecision decision = decide_recharge(*claims[d], facts);
+    const ledger::Booked after = ledger::recharge(ledger, slot, d, decision.used, decision.swapped);
+    added[d] = after.used - before.used;
+    out.push_back({{"device", d},
+                   {"used", after.used},
+                   {"swapped", after.swapped},
+                   {"basis", recharge_basis_name(decision.basis)}});
+    said += (said.empty() ? "" : "; ") + format_size(after.used) + " on GPU " +
+            std::to_string(q.host_index) + " (claimed " + format_size(claims[d]->used) + ", " +
+            recharge_basis_name(decision.basis) + ")";
+    if (after.swapped > 0) said += " and " + format_size(after.swapped) + " on host";
+  }
+  spdlog::info("tenant {}: pid {} re-charged in slot {}: {}", tenant.spec.name, pid, slot,
+               said.empty() ? "nothing" : said);
+  services_.reconciler.rebuilds().reregistered(tenant, pid, start_time, added);
+  return out;
+}
+
+// A header zeroed under the running broker (the maintenance tick looks once a second):
+// rebuilt before a process is given the ledger, and held (ledger_rebuild.h).
+void TenantSocketServer::rebuild_if_damaged(Tenant& tenant) {
+  if (tenant.segments->rebuild_if_damaged())
+    services_.reconciler.rebuilds().begin({&tenant}, LedgerRebuilds::Clock::now(),
+                                          LedgerRebuilds::Found::kWhileRunning);
+}
+
 json TenantSocketServer::handle_view(Peer& peer, Tenant& tenant, const json& request) {
   if (auto problem = protocol_problem(request)) return LineServer::error_reply(*problem);
   if (peer.pending_fd >= 0)
     return LineServer::error_reply("a reply with a descriptor is still being sent");
+  rebuild_if_damaged(tenant);
   const int ledger_fd = tenant.segments->ledger_descriptor(/*writable=*/false);
   if (ledger_fd < 0)
     return LineServer::error_reply("the broker cannot open the ledger of tenant '" +

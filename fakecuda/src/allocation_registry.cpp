@@ -32,6 +32,14 @@ bool AllocationRegistry::covers(uintptr_t p, size_t bytes) const {
   return bytes <= it->second.size - (p - it->second.base);
 }
 
+bool AllocationRegistry::update(uintptr_t base, const std::function<void(Allocation&)>& change) {
+  std::unique_lock lock(mutex_);
+  auto it = by_base_.find(base);
+  if (it == by_base_.end()) return false;
+  change(it->second);
+  return true;
+}
+
 std::optional<Allocation> AllocationRegistry::take(uintptr_t base) {
   std::unique_lock lock(mutex_);
   auto it = by_base_.find(base);

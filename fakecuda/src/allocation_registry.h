@@ -17,7 +17,8 @@
 
 namespace fakecuda {
 
-enum class MemoryKind { Device, Managed, Host, HostRegistered, VmmMapping };
+// IpcMapping: another process's cuMemAlloc memory opened with cuIpcOpenMemHandle (ipc_memory.h).
+enum class MemoryKind { Device, Managed, Host, HostRegistered, VmmMapping, IpcMapping };
 
 struct Allocation {
   uintptr_t base = 0;
@@ -32,9 +33,15 @@ struct Allocation {
   size_t mapping_length = 0;
   unsigned host_flags = 0;
   uint64_t vmm_handle = 0;
+  int ipc_fd = -1;  // the memfd now backing it once exported with cuIpcGetMemHandle
 
   bool is_host_kind() const {
     return kind == MemoryKind::Host || kind == MemoryKind::HostRegistered;
+  }
+  // What cuIpcGetMemHandle accepts: cuMemAlloc memory (not managed, VMM, pool or graph
+  // memory, whose range belongs to its graph allocation: mapping is null).
+  bool legacy_ipc_capable() const {
+    return kind == MemoryKind::Device && pool == nullptr && mapping != nullptr;
   }
 };
 
@@ -47,6 +54,9 @@ class AllocationRegistry {
 
   // True when [p, p + bytes) lies inside one known allocation.
   bool covers(uintptr_t p, size_t bytes) const;
+
+  // Applies `change` to the allocation starting exactly at `base`; false when there is none.
+  bool update(uintptr_t base, const std::function<void(Allocation&)>& change);
 
   // Removes and returns the allocation starting exactly at `base`.
   std::optional<Allocation> take(uintptr_t base);

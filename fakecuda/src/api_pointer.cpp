@@ -54,7 +54,7 @@ CUresult read_attribute(const Allocation& a, CUpointer_attribute attribute, void
       put(data, current_driver()->ordinal_of(a.device));  // an ordinal of this process
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      put(data, a.kind == MemoryKind::Device ? 1 : 0);
+      put(data, a.legacy_ipc_capable() ? 1 : 0);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
@@ -64,9 +64,16 @@ CUresult read_attribute(const Allocation& a, CUpointer_attribute attribute, void
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       put(data, a.size);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-      put(data, static_cast<unsigned long long>(CU_MEM_HANDLE_TYPE_NONE));
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: {
+      // VMM memory: the handle types its cuMemCreate asked for (what it can be exported as).
+      CUmemAllocationProp prop{};
+      const bool vmm =
+          a.kind == MemoryKind::VmmMapping &&
+          current_driver()->virtual_memory.properties(a.vmm_handle, prop) == CUDA_SUCCESS;
+      put(data, static_cast<unsigned long long>(vmm ? prop.requestedHandleTypes
+                                                    : CU_MEM_HANDLE_TYPE_NONE));
       return CUDA_SUCCESS;
+    }
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       put(data, static_cast<unsigned>(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE));
       return CUDA_SUCCESS;

@@ -101,6 +101,19 @@ DeviceConfig read_device_config(const char* log_prefix) {
   return config;
 }
 
+uint64_t copy_bytes_per_second(const char* log_prefix) {
+  uint64_t bandwidth = 0;
+  read_var(log_prefix, "FAKECUDA_COPY_BANDWIDTH",
+           "expected bytes per second or a size such as 1GB, 1 MB..1000 GB", bandwidth,
+           [](std::string_view t) -> std::optional<uint64_t> {
+             std::optional<uint64_t> v = parse_size(t);
+             if (!v || *v < 1000ull * 1000 || *v > 1000ull * 1000 * 1000 * 1000)
+               return std::nullopt;
+             return v;
+           });
+  return bandwidth;
+}
+
 std::string shared_segment_name(const char* log_prefix) {
   std::string fallback =
       "/fracgpu-fakecuda-" + std::to_string(static_cast<unsigned long>(getuid()));

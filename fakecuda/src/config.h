@@ -33,6 +33,12 @@ std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t min, uint
 // FAKECUDA_TIMESLICE_US; reports bad values on stderr (prefix given by the caller).
 DeviceConfig read_device_config(const char* log_prefix);
 
+// FAKECUDA_COPY_BANDWIDTH: the speed of this process's copies in bytes per second, for
+// tests that need a copy to take a while (a swap to host killed half-way). Per process,
+// read from its own environment (not stamped into the segment); 0 (unset or malformed,
+// reported on stderr) keeps the device's own 1000 GB/s.
+uint64_t copy_bytes_per_second(const char* log_prefix);
+
 // FAKECUDA_SHM_NAME, or "/fracgpu-fakecuda-<uid>" when unset or not a valid
 // shm_open name (one leading '/', no other '/', at most 200 characters).
 std::string shared_segment_name(const char* log_prefix);

@@ -87,6 +87,7 @@ CUresult allocate_host_memory(Driver& driver, Context& context, size_t bytes, un
 
 void release_allocation(Driver& driver, const Allocation& allocation) {
   if (allocation.mapping != nullptr) munmap(allocation.mapping, allocation.mapping_length);
+  if (allocation.ipc_fd >= 0) close(allocation.ipc_fd);  // later opens of its handle fail
   if (allocation.charged_bytes != 0)
     driver.memory().uncharge(allocation.device, allocation.charged_bytes);
   note_pool_usage(driver, allocation.pool, allocation.charged_bytes, false);

@@ -15,6 +15,7 @@
 
 #include "allocation_registry.h"
 #include "handle_registry.h"
+#include "ipc_memory.h"
 #include "memory_accounting.h"
 #include "mps_client.h"
 #include "process_table.h"
@@ -46,6 +47,7 @@ class Driver {
   void stop();
 
   SegmentLayout* layout() const { return segment_.layout(); }
+  const std::string& segment_name() const { return segment_.name(); }
   // Devices as this process sees them: CUDA_VISIBLE_DEVICES (indexes or GPU-UUIDs,
   // read once at cuInit) selects and orders the simulated devices, like the real
   // driver. A CUdevice is an ordinal among the visible devices; everything inside the
@@ -75,6 +77,7 @@ class Driver {
   HandleRegistry handles;
   AllocationRegistry allocations;
   VirtualMemoryTable virtual_memory;
+  IpcMemory ipc_memory;  // legacy IPC: what this process opened of others' memory
   std::array<PrimaryContextSlot, kMaxDevices> primary_contexts;
 
   // Memory pools: default pool per device and the device's current pool.

@@ -39,6 +39,31 @@ void MemoryAccounting::uncharge(uint32_t device, uint64_t bytes) {
   layout_->devices[device].used_bytes.fetch_sub(bytes);
 }
 
+ChargeOwner MemoryAccounting::owner() const {
+  const ProcessRecord& record = processes_->slot(slot_);
+  return ChargeOwner{slot_, record.pid, record.start_time};
+}
+
+void MemoryAccounting::uncharge_owner(const ChargeOwner& owner, uint32_t device, uint64_t bytes) {
+  if (owner.slot == slot_) {
+    uncharge(device, bytes);
+    return;
+  }
+  if (bytes == 0 || owner.slot < 0 || static_cast<uint32_t>(owner.slot) >= kMaxProcesses) return;
+  ProcessRecord& record = processes_->slot(owner.slot);
+  if (record.state.load(std::memory_order_acquire) != static_cast<uint32_t>(ProcessState::Live) ||
+      record.pid != owner.pid || record.start_time != owner.start_time) {
+    return;  // exited or reclaimed: its whole usage went back already
+  }
+  // Only what the slot still holds: a reclaim racing with us takes the rest (exactly once).
+  std::atomic<uint64_t>& held = record.used_bytes[device];
+  uint64_t now = held.load();
+  do {
+    if (now < bytes) return;
+  } while (!held.compare_exchange_weak(now, now - bytes));
+  layout_->devices[device].used_bytes.fetch_sub(bytes);
+}
+
 void MemoryAccounting::release_all_at_exit() {
   if (exited_.exchange(true)) return;
   processes_->retire(slot_);

@@ -6,6 +6,7 @@
 
 #include "allocation_registry.h"
 #include "capture.h"
+#include "config.h"
 #include "device_attributes.h"
 #include "stream.h"
 #include "stream_queue.h"
@@ -54,17 +55,35 @@ void execute_memset(const MemsetOp& op, WorkScope& scope) {
   });
 }
 
+// A copy holds the engine in pieces of about this size, each on its own: one the host is
+// slow over (fresh pages on a loaded machine: hundreds of milliseconds for 128 MiB) then
+// yields at the timeslice while other contexts wait, as a kernel does, instead of holding
+// the whole device for it (a real GPU's copy engines do not stop other contexts' kernels).
+constexpr size_t kCopyPieceBytes = 1u << 20;
+
 void execute_memcpy(const MemcpyOp& op, WorkScope& scope) {
   if (op.width == 0 || op.height == 0) return;
   const unsigned char* source =
       op.staging ? op.staging->data() : reinterpret_cast<const unsigned char*>(op.src);
   size_t source_pitch = op.staging ? op.width : op.src_pitch;
-  scope.engine.run_at_least(transfer_time_ns(op.width * op.height), [&] {
-    for (size_t row = 0; row < op.height; ++row) {
-      std::memmove(reinterpret_cast<unsigned char*>(op.dst + row * op.dst_pitch),
-                   source + row * source_pitch, op.width);
+  auto copy = [&](size_t row, size_t offset, size_t bytes) {
+    std::memmove(reinterpret_cast<unsigned char*>(op.dst + row * op.dst_pitch + offset),
+                 source + row * source_pitch + offset, bytes);
+  };
+  const size_t rows_per_piece = std::max<size_t>(1, kCopyPieceBytes / op.width);
+  for (size_t row = 0; row < op.height; row += rows_per_piece) {
+    const size_t rows = std::min(rows_per_piece, op.height - row);
+    if (rows == 1 && op.width > kCopyPieceBytes) {  // one long row: in pieces of it
+      for (size_t offset = 0; offset < op.width; offset += kCopyPieceBytes) {
+        const size_t bytes = std::min(kCopyPieceBytes, op.width - offset);
+        scope.engine.run_at_least(copy_time_ns(bytes), [&] { copy(row, offset, bytes); });
+      }
+      continue;
     }
-  });
+    scope.engine.run_at_least(copy_time_ns(rows * op.width), [&] {
+      for (size_t r = row; r < row + rows; ++r) copy(r, 0, op.width);
+    });
+  }
 }
 
 // The fraction of the SMs a launch can occupy: its blocks over the SM count, at most all
@@ -79,6 +98,14 @@ double sm_demand(const KernelLaunch& launch) {
 int64_t transfer_time_ns(size_t bytes) {
   // 1000 GB/s = 1 byte per picosecond.
   return std::max<int64_t>(kMinTransferNs, static_cast<int64_t>(bytes / 1000));
+}
+
+int64_t copy_time_ns(size_t bytes) {
+  static const uint64_t bandwidth = copy_bytes_per_second("fakecuda");
+  const int64_t device = transfer_time_ns(bytes);
+  if (bandwidth == 0) return device;
+  const double ns = static_cast<double>(bytes) / static_cast<double>(bandwidth) * 1e9;
+  return std::max(device, static_cast<int64_t>(ns));
 }
 
 CUgraphNodeType node_type(const Operation& op) {

@@ -97,5 +97,7 @@ CUresult submit_operation(Stream& stream, Operation op);
 
 // Simulated duration of moving `bytes` through device memory (1000 GB/s, at least 1 us).
 int64_t transfer_time_ns(size_t bytes);
+// The same for a copy, slowed to FAKECUDA_COPY_BANDWIDTH where this process sets it.
+int64_t copy_time_ns(size_t bytes);
 
 }  // namespace fakecuda

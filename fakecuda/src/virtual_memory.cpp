@@ -1,7 +1,9 @@
 // memfd-backed physical allocations and MAP_FIXED mappings (see virtual_memory.h).
 #include "virtual_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <vector>
@@ -9,12 +11,19 @@
 #include "allocation_registry.h"
 #include "config.h"
 #include "memory_accounting.h"
+#include "shared_physical.h"
 
 namespace fakecuda {
 namespace {
 
 bool aligned(uint64_t value) {
   return value % kVmmGranularity == 0;
+}
+
+// Which memfd a descriptor names (two handles of one exported allocation share it).
+uint64_t inode_of(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 // Puts inaccessible address space back over a range (keeps the reservation intact).
@@ -35,8 +44,18 @@ CUresult VirtualMemoryTable::create(MemoryAccounting& accounting, size_t size,
   }
   uint32_t device = static_cast<uint32_t>(prop.location.id);
   if (!accounting.charge(device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const bool exportable =
+      (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+  SharedPhysicalHeader* shared = nullptr;
+  bool sized = fd >= 0;
+  if (sized && exportable) {
+    shared = create_shared_header(fd, device, size, accounting.owner());
+    sized = shared != nullptr;
+  } else if (sized) {
+    sized = ftruncate(fd, static_cast<off_t>(size)) == 0;
+  }
+  if (!sized) {
     if (fd >= 0) close(fd);
     accounting.uncharge(device, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -47,6 +66,64 @@ CUresult VirtualMemoryTable::create(MemoryAccounting& accounting, size_t size,
   physical.memfd = fd;
   physical.size = size;
   physical.prop = prop;
+  physical.shared = shared;
+  physical.inode = inode_of(fd);
+  return CUDA_SUCCESS;
+}
+
+// The memory leaves this process. Exportable memory stays charged to its creator while
+// another live process holds it (the last holder anywhere returns the charge); another
+// handle of it here (imported back, say) keeps this process a holder.
+void VirtualMemoryTable::drop(MemoryAccounting& accounting, CUmemGenericAllocationHandle handle) {
+  Physical& physical = physical_.at(handle);
+  if (physical.shared == nullptr) {
+    close(physical.memfd);
+    accounting.uncharge(static_cast<uint32_t>(physical.prop.location.id), physical.size);
+    return;
+  }
+  bool still_held = false;
+  for (const auto& [other, entry] : physical_)
+    still_held =
+        still_held || (other != handle && entry.shared != nullptr && entry.inode == physical.inode);
+  close(physical.memfd);
+  if (still_held) {
+    munmap(physical.shared, kSharedHeaderBytes);
+  } else {
+    release_shared_header(physical.shared, accounting);
+  }
+}
+
+CUresult VirtualMemoryTable::export_fd(CUmemGenericAllocationHandle handle, int& fd) {
+  std::lock_guard lock(mutex_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end() || it->second.references == 0) return CUDA_ERROR_INVALID_VALUE;
+  // The real driver exports only the handle types asked for at cuMemCreate.
+  if (it->second.shared == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  fd = fcntl(it->second.memfd, F_DUPFD_CLOEXEC, 0);
+  return fd >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult VirtualMemoryTable::import_fd(MemoryAccounting& accounting, int fd,
+                                       CUmemGenericAllocationHandle& handle) {
+  SharedPhysicalHeader* shared = attach_shared_header(fd);
+  if (shared == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not memory a driver exported
+  const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) {
+    munmap(shared, kSharedHeaderBytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  add_holder(shared, accounting);
+  std::lock_guard lock(mutex_);
+  handle = next_handle_++;
+  Physical& physical = physical_[handle];
+  physical.memfd = own;
+  physical.size = shared->size;
+  physical.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  physical.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  physical.prop.location.id = static_cast<int>(shared->device);
+  physical.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  physical.shared = shared;
+  physical.inode = inode_of(own);
   return CUDA_SUCCESS;
 }
 
@@ -54,8 +131,7 @@ void VirtualMemoryTable::drop_if_unused(MemoryAccounting& accounting,
                                         CUmemGenericAllocationHandle handle) {
   auto it = physical_.find(handle);
   if (it == physical_.end() || it->second.references > 0 || it->second.mappings > 0) return;
-  close(it->second.memfd);
-  accounting.uncharge(static_cast<uint32_t>(it->second.prop.location.id), it->second.size);
+  drop(accounting, handle);
   physical_.erase(it);
 }
 
@@ -190,11 +266,8 @@ void VirtualMemoryTable::release_all(MemoryAccounting& accounting) {
   for (auto& [base, reservation] : reservations_)
     munmap(reinterpret_cast<void*>(base), reservation.size);
   reservations_.clear();
-  for (auto& [handle, physical] : physical_) {
-    close(physical.memfd);
-    accounting.uncharge(static_cast<uint32_t>(physical.prop.location.id), physical.size);
-  }
-  physical_.clear();
+  for (auto it = physical_.begin(); it != physical_.end(); it = physical_.erase(it))
+    drop(accounting, it->first);
 }
 
 }  // namespace fakecuda

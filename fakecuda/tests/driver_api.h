@@ -69,6 +69,11 @@ using PFN_fakecuda_shutdown = void (*)();
   X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                       \
   X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                               \
   X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020) \
+  X(cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020)   \
+  X(cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010)                          \
+  X(cuIpcOpenMemHandle, PFN_cuIpcOpenMemHandle_v4010)                        \
+  X(cuIpcOpenMemHandle_v2, PFN_cuIpcOpenMemHandle_v11000)                    \
+  X(cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010)                      \
   X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)                           \
   X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                                \
   X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)                \
@@ -119,6 +124,15 @@ struct DriverApi {
 
   // Looks up any exported symbol (null when the library does not export it).
   void* symbol(const char* name) const;
+  // Entry points whose names are too long for the table above.
+  PFN_cuMemImportFromShareableHandle_v10020 import_shareable() const {
+    return reinterpret_cast<PFN_cuMemImportFromShareableHandle_v10020>(
+        symbol("cuMemImportFromShareableHandle"));
+  }
+  PFN_cuMemGetAllocationPropertiesFromHandle_v10020 properties_from_handle() const {
+    return reinterpret_cast<PFN_cuMemGetAllocationPropertiesFromHandle_v10020>(
+        symbol("cuMemGetAllocationPropertiesFromHandle"));
+  }
 };
 
 // The process-wide API table, loaded on first use; aborts with a message if the

@@ -17,6 +17,7 @@
 //                                   "faulted <CUresult>"
 //     ctx                           cuCtxCreate on device 0: "ctx <CUresult>"
 //     quit                          exits 0
+//   ipc                             IPC commands on stdin (ipc_child.cpp)
 //   as-uid <uid> <mode...>          drops to uid/gid <uid> first (the test runs as root)
 // Any failure prints "error <what> <CUresult name>" and exits 1.
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "driver_api.h"
+#include "ipc_child.h"
 
 using fakecuda_test::driver_api;
 using fakecuda_test::error_name;
@@ -163,12 +165,13 @@ int main(int argc, char** argv) {
   if (mode == "serve" && argc == 3)
     return serve(static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10)));
   if (mode == "hold" && argc == 3) return hold(std::strtoull(argv[2], nullptr, 10));
+  if (mode == "ipc" && argc == 2) return fakecuda_test::ipc_peer();
   if (mode == "spin" && argc == 5) {
     return spin(std::strtol(argv[2], nullptr, 10),
                 static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10)), std::atoi(argv[4]));
   }
   std::fprintf(stderr,
                "usage: fakecuda-test-child [as-uid <uid>] hold <bytes> | spin <millis> <kernel_us> "
-               "<batch> | serve <blocks>\n");
+               "<batch> | serve <blocks> | ipc\n");
   return 2;
 }

@@ -26,6 +26,18 @@
 //        overriding the process's own; where the host path is not visible (a pod) it uses
 //        paths::kContainerMpsPipeDir. Older shims ignore the fields; a reply without them
 //        changes nothing.
+//        Minor 2: a process registering AGAIN (after a broker restart, or because its ledger
+//        was rebuilt: tenant_segment.h, "A ledger lost") adds
+//          "slot":12                    the slot it had: given back when it is free
+//          "holdings":[{"device":0,"used":N,"swapped":N}...]
+//                                       what it holds per device (index into
+//                                       TenantQuota.devices; swapped: bytes on host), which
+//                                       the broker re-charges into its slot, bounded
+//        and the reply then says what was charged: "recharged":[{"device":0,"used":N,
+//        "swapped":N,"basis":"claimed"|"device"|"cap"|"booked"}...] (basis: the claim as
+//        sent, raised or lowered to the device's per-process usage, cut to the cap, or
+//        what the slot booked already). A malformed "slot" or "holdings" is refused with a
+//        sentence. Older brokers ignore both fields (nothing is re-charged).
 //   {"op":"view","protocol":2}
 //     -> {"ok":true,"protocol":2,"tenant":"a","quota":"quota","ledger_fd":true} with a
 //        READ-ONLY ledger descriptor, and no slot: for processes that only report usage
@@ -65,8 +77,9 @@
 namespace fracgpu::protocol {
 
 inline constexpr int kVersion = 2;  // 2: the ledger is passed as a descriptor
-// Additions that older peers may ignore: 1 = the register reply's mps_* fields.
-inline constexpr int kMinorVersion = 1;
+// Additions that older peers may ignore: 1 = the register reply's mps_* fields;
+// 2 = a re-registration's "slot" and "holdings", the reply's "recharged".
+inline constexpr int kMinorVersion = 2;
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
 // The tenant's quota file, as the register reply names it (paths.h has the rest of the
 // run directory's layout). kLedgerFileName is where protocol 1 kept the ledger, beside

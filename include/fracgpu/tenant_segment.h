@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout 1.4).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.5).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -89,6 +89,41 @@
 //    time they wake while waiting. A tenant granted the GPU that neither acknowledges
 //    the grant nor drains is held unresponsive by the broker (stopped, frozen) and not
 //    granted again until the sum of its live slots' gate_progress moves.
+// A ledger lost under live processes (minor 5; docs/design.md "The memory ledger"):
+//  * TenantQuota.ledger_incarnation: each time the broker had to rebuild or re-create the
+//    tenant's ledger (its header invalid: zeroed, truncated, garbage; or the file missing),
+//    it stores there a value never used before and never 0 — after the ledger's header is
+//    stamped, before the tenant's socket serves — and FUTEX_WAKEs it. A process reads it
+//    BEFORE it sends a registration (so a rebuild racing with the registration is seen on
+//    its next look, never missed) and waits on it from a background thread (at most
+//    500 ms, to also look at its slot).
+//  * A process re-registers when that value changed, or when its slot no longer carries the
+//    pid and start time the broker wrote there at its registration, or the ledger's magic
+//    is gone. First it stops its own reservations and releases (those in flight complete:
+//    a process-local gate), so its books cannot move while they are re-charged; it sends
+//    the slot it had ("slot") and what it holds per device ("holdings": what it reserved
+//    minus what it released, kept in process memory beside the slot); it maps the ledger
+//    descriptor of the reply over its old mapping when it is another file (same address:
+//    nothing that points into the ledger moves), resumes on the reply's slot, and only then
+//    opens the gate. The broker honours "slot" when it is free (a slot is never taken from
+//    a process that may still write it).
+//  * The broker re-charges into the slot max(what it books, the claim bounded by the
+//    device's per-process usage when NVML reports it, else by the tenant's cap and the
+//    GPU's memory): ProcessSlot.used first, then DeviceUsage.used by fetch_add (exact
+//    against other processes' reservations), inside an op_seq bracket; swapped pages the
+//    same way (SlotSchedule.swapped_pages, then DeviceUsage.swapped). A claim never lowers
+//    what a slot books.
+//  * Until every process that maps the tenant's quota and had no live slot at the rebuild
+//    has re-registered or exited (at most LedgerRebuilds::kDeadline), the broker holds
+//    the tenant's grant as of the rebuild in a placeholder slot: state Live, pid 0,
+//    start_time 0 (no process; a later broker reclaims it as dead). DeviceUsage.used
+//    counts it, so neither the tenant's own allocations nor another tenant's burst can use
+//    the room its unregistered processes may hold. A re-charge moves bytes from the
+//    placeholder into the process's slot (the slot's charge first, then the placeholder's
+//    release: used may over-state for a moment, never under-state). When the last process
+//    is in, the placeholder is released and freed and DeviceUsage.used recomputed from the
+//    live slots by the consistent-snapshot rule (which drops whatever a not yet
+//    re-registered process added to the counter without a live slot).
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -102,7 +137,7 @@ inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" 
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
 inline constexpr uint16_t kSegmentMinor =
-    4;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness
+    5;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness, 5: incarnation
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -165,10 +200,10 @@ struct TenantQuota {
   uint16_t minor;
   uint32_t size;  // sizeof(TenantQuota)
   char tenant[kTenantNameSize];
-  std::atomic<uint64_t> generation;  // bumped by the broker after every change
-  uint32_t device_count;             // entries of devices[] in use
-  uint32_t reserved32;
-  std::atomic<uint64_t> broker_heartbeat;  // minor 4: the broker's lease (see "Liveness")
+  std::atomic<uint64_t> generation;          // bumped by the broker after every change
+  uint32_t device_count;                     // entries of devices[] in use
+  std::atomic<uint32_t> ledger_incarnation;  // minor 5: see "A ledger lost" above
+  std::atomic<uint64_t> broker_heartbeat;    // minor 4: the broker's lease (see "Liveness")
   uint64_t reserved[5];
   DeviceQuota devices[kMaxDevices];
 };
@@ -231,6 +266,7 @@ static_assert(offsetof(ProcessSlot, op_seq) == 144);
 static_assert(offsetof(ProcessSlot, last_active_ns) == 152);
 static_assert(offsetof(ProcessSlot, gate_progress) == 160);
 static_assert(offsetof(TenantQuota, broker_heartbeat) == 96);
+static_assert(offsetof(TenantQuota, ledger_incarnation) == 92);  // a futex word: 4-byte aligned
 static_assert(offsetof(TenantLedger, devices) == 64);
 static_assert(offsetof(TenantLedger, processes) == 64 + kMaxDevices * 64);
 static_assert(offsetof(DeviceQuota, grant_word) == 100);

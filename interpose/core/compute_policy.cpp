@@ -77,6 +77,7 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
   gpu.gate.bind(&tenant_.quota()->devices[index], &tenant_.ledger_map()->devices[index],
                 &tenant_.ledger_map()->schedule[tenant_.slot()][index], &doorbell_);
   gpu.gate.bind_liveness(tenant_.quota(), &tenant_.ledger_map()->processes[tenant_.slot()]);
+  gpu.slot_generation.store(tenant_.slot_generation(), std::memory_order_relaxed);
   pthread_t thread;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -88,6 +89,19 @@ void ComputePolicy::prepare(GpuCompute& gpu, int index) noexcept {
         "cannot start the drainer thread; slice handoffs will wait for the broker's timeout");
   pthread_attr_destroy(&attr);
   gpu.ready.store(true, std::memory_order_release);
+}
+
+// The process re-registered into another slot (TenantLink::slot_generation): the gate
+// follows it. Checked on the slow path only: a grant word changes at every slice, so a
+// moved process takes it within one.
+void ComputePolicy::rebind_if_moved(GpuCompute& gpu, int index) noexcept {
+  const uint32_t generation = tenant_.slot_generation();
+  if (gpu.slot_generation.load(std::memory_order_relaxed) == generation) return;
+  std::lock_guard<std::mutex> lock(prepare_mutex_);
+  const uint32_t slot = tenant_.slot();
+  gpu.gate.rebind_slot(&tenant_.ledger_map()->schedule[slot][index],
+                       &tenant_.ledger_map()->processes[slot]);
+  gpu.slot_generation.store(generation, std::memory_order_relaxed);
 }
 
 void ComputePolicy::note_context(GpuCompute& gpu) noexcept {
@@ -110,6 +124,7 @@ void ComputePolicy::pass_slow(GpuCompute& gpu, int index, CUstream stream) noexc
     }
   }
   if (!gpu.ready.load(std::memory_order_acquire)) prepare(gpu, index);
+  rebind_if_moved(gpu, index);
   note_context(gpu);
   CaptureQuery query{&fence_ops_, stream};
   bool new_epoch = false;

@@ -89,9 +89,10 @@ class ComputePolicy {
     GrantGate gate;
     InflightLimiter limiter;
     std::mutex contexts_mutex;
-    std::vector<CUcontext> contexts;         // launched into since the last drain
-    std::atomic<int64_t> last_launch_ns{0};  // high tenants: to recognise the start of a burst
-    std::atomic<int64_t> burst_begin_ns{0};  // high tenants: start of the current burst
+    std::vector<CUcontext> contexts;           // launched into since the last drain
+    std::atomic<int64_t> last_launch_ns{0};    // high tenants: to recognise the start of a burst
+    std::atomic<int64_t> burst_begin_ns{0};    // high tenants: start of the current burst
+    std::atomic<uint32_t> slot_generation{0};  // TenantLink::slot_generation the gate is bound to
   };
 
   void pass_slow(GpuCompute& gpu, int index, CUstream stream) noexcept;
@@ -99,6 +100,7 @@ class ComputePolicy {
   // still be running when a regular high-priority burst is due (see tenant_segment.h).
   void bursts_and_guard(GpuCompute& gpu) noexcept;
   void prepare(GpuCompute& gpu, int index) noexcept;
+  void rebind_if_moved(GpuCompute& gpu, int index) noexcept;
   void note_context(GpuCompute& gpu) noexcept;
   static void* drainer_main(void* gpu) noexcept;
   void drain(GpuCompute& gpu) noexcept;

@@ -16,7 +16,8 @@ constexpr int64_t kReringNs =
 // Records "launched in this epoch" and re-reads the word: if the broker revoked in
 // between, the launch must wait after all. Returns true when the word still holds.
 bool GrantGate::acknowledge(uint32_t word) noexcept {
-  slot_->launched_epoch.store(grant_epoch(word), std::memory_order_seq_cst);
+  slot_.load(std::memory_order_relaxed)
+      ->launched_epoch.store(grant_epoch(word), std::memory_order_seq_cst);
   if (quota_->grant_word.load(std::memory_order_seq_cst) != word) return false;
   seen_.store(word, std::memory_order_relaxed);
   if ((word & kGrantNotify) != 0) doorbell_->ring();
@@ -53,7 +54,8 @@ uint64_t GrantGate::lease() const noexcept {
 // at the broker: its doorbell (dead?) and its lease (stopped or hung?). A word that moved
 // while ungranted (a grant this thread slept through, a new broker) rings at once.
 bool GrantGate::wait_for_grant(uint32_t word) noexcept {
-  slot_->waiting.fetch_add(1, std::memory_order_seq_cst);
+  SlotSchedule* const slot = slot_.load(std::memory_order_relaxed);  // counted out where counted in
+  slot->waiting.fetch_add(1, std::memory_order_seq_cst);
   note_progress();
   bool reachable = doorbell_->ring();
   int64_t now = monotonic_ns();
@@ -87,7 +89,7 @@ bool GrantGate::wait_for_grant(uint32_t word) noexcept {
     FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
                        "the fracgpu broker at %s %s; launching without a compute grant",
                        doorbell_->path().c_str(), hung ? "stopped renewing its lease" : "is gone");
-  slot_->waiting.fetch_sub(1, std::memory_order_seq_cst);
+  slot->waiting.fetch_sub(1, std::memory_order_seq_cst);
   return (word & kGrantGranted) != 0;
 }
 
@@ -101,7 +103,7 @@ uint32_t GrantGate::wait_for_change(uint32_t seen, int64_t timeout_ns) const noe
 }
 
 void GrantGate::report_drained(uint32_t epoch) noexcept {
-  slot_->drained_epoch.store(epoch, std::memory_order_seq_cst);
+  slot_.load(std::memory_order_relaxed)->drained_epoch.store(epoch, std::memory_order_seq_cst);
   doorbell_->ring();
 }
 

@@ -33,7 +33,7 @@ class GrantGate {
             Doorbell* doorbell) noexcept {
     quota_ = quota;
     usage_ = usage;
-    slot_ = slot;
+    slot_.store(slot, std::memory_order_relaxed);
     doorbell_ = doorbell;
     seen_.store(0, std::memory_order_relaxed);
   }
@@ -41,7 +41,14 @@ class GrantGate {
   // broker's lease in the quota header and this process's slot.
   void bind_liveness(const TenantQuota* tenant, ProcessSlot* process) noexcept {
     tenant_ = tenant;
-    process_ = process;
+    process_.store(process, std::memory_order_relaxed);
+  }
+  // After the process re-registered into another slot (a rebuilt ledger, tenant_segment.h
+  // "A ledger lost"): launches, waiters and the drainer use the new slot from their next
+  // operation on (each loads the pointer once per operation).
+  void rebind_slot(SlotSchedule* slot, ProcessSlot* process) noexcept {
+    slot_.store(slot, std::memory_order_relaxed);
+    process_.store(process, std::memory_order_relaxed);
   }
   bool bound() const noexcept { return quota_ != nullptr; }
 
@@ -80,16 +87,17 @@ class GrantGate {
   bool acknowledge(uint32_t word) noexcept;
   bool wait_for_grant(uint32_t word) noexcept;  // false: broker gone
   void note_progress() noexcept {
-    if (process_ != nullptr) process_->gate_progress.fetch_add(1, std::memory_order_relaxed);
+    ProcessSlot* process = process_.load(std::memory_order_relaxed);
+    if (process != nullptr) process->gate_progress.fetch_add(1, std::memory_order_relaxed);
   }
   uint64_t lease() const noexcept;  // 0: no lease to watch
 
   const DeviceQuota* quota_ = nullptr;
   DeviceUsage* usage_ = nullptr;
-  SlotSchedule* slot_ = nullptr;
+  std::atomic<SlotSchedule*> slot_{nullptr};  // atomic: rebind_slot may move it
   Doorbell* doorbell_ = nullptr;
   const TenantQuota* tenant_ = nullptr;
-  ProcessSlot* process_ = nullptr;
+  std::atomic<ProcessSlot*> process_{nullptr};
   std::atomic<uint32_t> seen_{0};  // the granted word this process last acknowledged
 };
 

@@ -6,10 +6,16 @@
 // tenant's counter plus two uncontended atomics on the process's own slot: no syscall,
 // no lock, no driver call. Beyond the grant the caller asks the broker for burst
 // (the slow path) and tries again; beyond the hard limit the answer is final.
+// With ProcessHoldings (a registered process: TenantSession), every operation also keeps
+// the process's own copy of what it holds, two more uncontended RMWs on process memory,
+// so that a ledger lost under the process can be re-charged (process_holdings.h). The slot
+// may change only while the holdings' gate is closed (a re-registration: rebind_slot).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
+#include "core/process_holdings.h"
 #include "fracgpu/ledger_protocol.h"
 #include "fracgpu/tenant_segment.h"
 
@@ -18,8 +24,11 @@ namespace fracgpu {
 class MemoryLedger {
  public:
   MemoryLedger() = default;
-  MemoryLedger(const TenantQuota* quota, TenantLedger* ledger, uint32_t slot)
-      : quota_(quota), ledger_(ledger), slot_(slot) {}
+  MemoryLedger(const TenantQuota* quota, TenantLedger* ledger, uint32_t slot,
+               ProcessHoldings* holdings = nullptr)
+      : quota_(quota), ledger_(ledger), slot_(slot), holdings_(holdings) {}
+  MemoryLedger(const MemoryLedger& other) { *this = other; }
+  MemoryLedger& operator=(const MemoryLedger& other);
 
   bool attached() const { return quota_ != nullptr; }
   uint32_t device_count() const { return quota_ != nullptr ? quota_->device_count : 0; }
@@ -42,10 +51,15 @@ class MemoryLedger {
   uint64_t used(uint32_t device) const;
   uint64_t process_used(uint32_t device) const;
 
+  uint32_t slot() const { return slot_.load(std::memory_order_relaxed); }
+  // A re-registration's new slot; only while the holdings' gate is closed.
+  void rebind_slot(uint32_t slot) { slot_.store(slot, std::memory_order_relaxed); }
+
  private:
   const TenantQuota* quota_ = nullptr;
   TenantLedger* ledger_ = nullptr;
-  uint32_t slot_ = 0;
+  std::atomic<uint32_t> slot_{0};
+  ProcessHoldings* holdings_ = nullptr;
 };
 
 }  // namespace fracgpu

@@ -18,17 +18,24 @@ namespace fracgpu {
 namespace {
 
 constexpr int64_t kDemandPollNs = 200'000'000;  // also looks without a wake-up (other GPUs)
+// A swap-in waiting for its grant asks again this often at most: a broker's death is seen
+// within it (reserve_back).
+constexpr int64_t kReserveBackStepNs = 50'000'000;
 
 void sleep_ns(int64_t ns) {
   timespec t{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   nanosleep(&t, nullptr);
 }
 
-CUmemAllocationProp device_prop(CUdevice ordinal) {
+// `exportable`: the physical memory may later be exported as a POSIX descriptor (what legacy
+// IPC of a swappable allocation needs, core/ipc_exporter.h). Only a request at creation,
+// which PyTorch's expandable segments make for every segment by default.
+CUmemAllocationProp device_prop(CUdevice ordinal, bool exportable = false) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = ordinal;
+  if (exportable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   return prop;
 }
 
@@ -67,6 +74,16 @@ void* pinned_host(const DriverCalls& calls, uint64_t size) {
   return host;
 }
 
+// Whether the device could give `bytes` of physical memory now: created and released at
+// once (only when no broker answers a swap-in, reserve_back).
+bool device_has_room(const DriverCalls& calls, CUdevice ordinal, uint64_t bytes) {
+  const CUmemAllocationProp prop = device_prop(ordinal);
+  CUmemGenericAllocationHandle probe = 0;
+  if (calls.cuMemCreate(&probe, bytes, &prop, 0) != CUDA_SUCCESS) return false;
+  calls.cuMemRelease(probe);
+  return true;
+}
+
 void free_pinned_host(const DriverCalls& calls, void* host, uint64_t size) {
   if (host == nullptr) return;
   if (calls.cuMemHostUnregister != nullptr && calls.cuMemHostUnregister(host) == CUDA_SUCCESS) {
@@ -91,7 +108,7 @@ bool SwapEngine::wants(uint64_t bytes, uint64_t granule) const noexcept {
 }
 
 uint64_t SwapEngine::granularity(CUdevice ordinal) noexcept {
-  const CUmemAllocationProp prop = device_prop(ordinal);
+  const CUmemAllocationProp prop = device_prop(ordinal, false);
   size_t granule = 0;
   if (calls_.cuMemGetAllocationGranularity == nullptr ||
       calls_.cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
@@ -106,8 +123,7 @@ uint64_t SwapEngine::granularity(CUdevice ordinal) noexcept {
 // is enabled).
 CUresult SwapEngine::map_physical(CUdeviceptr va, const Backed& b,
                                   CUmemGenericAllocationHandle* handle) {
-  const CUmemAllocationProp prop = device_prop(b.ordinal);
-  CUresult rc = calls_.cuMemCreate(handle, b.size, &prop, 0);
+  CUresult rc = create_physical(b, handle);
   if (rc != CUDA_SUCCESS) return rc;
   rc = calls_.cuMemMap(va, b.size, 0, *handle, 0);
   if (rc != CUDA_SUCCESS) {
@@ -135,6 +151,25 @@ CUresult SwapEngine::map_physical(CUdeviceptr va, const Backed& b,
     calls_.cuMemRelease(*handle);
   }
   return rc;
+}
+
+// Exportable where the device allows it (learnt from the first creation that asks: a
+// driver or device without POSIX-descriptor export refuses the request, not the memory).
+CUresult SwapEngine::create_physical(const Backed& b, CUmemGenericAllocationHandle* handle) {
+  std::atomic<int8_t>& exportable = exportable_[b.index];
+  if (exportable.load(std::memory_order_relaxed) >= 0) {
+    const CUmemAllocationProp prop = device_prop(b.ordinal, true);
+    const CUresult rc = calls_.cuMemCreate(handle, b.size, &prop, 0);
+    if (rc == CUDA_SUCCESS) {
+      exportable.store(1, std::memory_order_relaxed);
+      return rc;
+    }
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY || exportable.load(std::memory_order_relaxed) == 1)
+      return rc;
+    exportable.store(-1, std::memory_order_relaxed);
+  }
+  const CUmemAllocationProp prop = device_prop(b.ordinal, false);
+  return calls_.cuMemCreate(handle, b.size, &prop, 0);
 }
 
 std::optional<CUresult> SwapEngine::allocate(const TenantDevice& device, CUdeviceptr* dptr,
@@ -191,6 +226,12 @@ std::optional<CUresult> SwapEngine::free(CUdeviceptr ptr) {
   if (it == backed_.end()) return std::nullopt;
   Backed b = it->second;
   backed_.erase(it);
+  if (b.pinned) {
+    pinned_bytes_.fetch_sub(b.size, std::memory_order_relaxed);
+    // Its export goes (later opens fail); importers' mappings keep the physical memory.
+    if (SharedFreeListener* listener = share_listener_.load(std::memory_order_acquire))
+      listener->shared_allocation_freed(ptr);
+  }
   if (b.handle != 0) {
     // cuMemFree waits for work that may still use the memory; so does this free.
     captures_.run_unless_capturing([&] {
@@ -207,6 +248,46 @@ std::optional<CUresult> SwapEngine::free(CUdeviceptr ptr) {
   }
   calls_.cuMemAddressFree(ptr, b.size);
   return CUDA_SUCCESS;
+}
+
+std::map<CUdeviceptr, SwapEngine::Backed>::iterator SwapEngine::containing(CUdeviceptr ptr) {
+  auto it = backed_.upper_bound(ptr);
+  if (it == backed_.begin()) return backed_.end();
+  --it;
+  return ptr - it->first < it->second.size ? it : backed_.end();
+}
+
+void SwapEngine::pin(Backed& b) noexcept {
+  if (b.pinned) return;
+  b.pinned = true;
+  pinned_bytes_.fetch_add(b.size, std::memory_order_relaxed);
+}
+
+std::optional<CUresult> SwapEngine::pin_for_sharing(CUdeviceptr ptr,
+                                                    ShareableAllocation* out) noexcept {
+  if (!gate_.armed()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = containing(ptr);
+  if (it == backed_.end()) return std::nullopt;
+  Backed& b = it->second;
+  if (b.handle == 0) {  // on host: the other process must map the real pages
+    if (!bring_back(it->first, b)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (swapped_bytes_.load(std::memory_order_relaxed) == 0) gate_.open();
+  }
+  pin(b);
+  *out = ShareableAllocation{it->first, b.size, b.handle};
+  return CUDA_SUCCESS;
+}
+
+bool SwapEngine::pin_handle(CUmemGenericAllocationHandle handle) noexcept {
+  if (!gate_.armed() || handle == 0) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [va, b] : backed_) {
+    if (b.handle != handle) continue;
+    pin(b);
+    return true;
+  }
+  return false;
 }
 
 std::size_t SwapEngine::backed_allocations() const {
@@ -255,7 +336,7 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
   if (ledger.used(device) <= target) return 0;
   std::vector<CUdeviceptr> order;
   for (const auto& [va, b] : backed_)
-    if (b.index == index && b.handle != 0) order.push_back(va);
+    if (b.index == index && b.handle != 0 && !b.pinned) order.push_back(va);  // pinned: shared
   if (order.empty()) return 0;
   std::sort(order.begin(), order.end(),
             [&](CUdeviceptr a, CUdeviceptr c) { return backed_[a].size > backed_[c].size; });
@@ -295,27 +376,51 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
 }
 
 // Reserves b's bytes against the grant again (they are inside the cap already), asking
-// the broker for burst; waits while it has lent them to others.
+// the broker for burst; waits while it has lent them to others. Fails open like the
+// compute gate (grant_gate.h) when no broker answers: a burst request that fails without
+// the broker having counted it (DeviceUsage.burst_requests, which only the broker bumps,
+// before it decides) means the broker is dead, stopped or gone. The bytes are then charged
+// past the grant — they are inside the cap, the device has room for them (a probe) — so
+// the application resumes within one wait step and one burst request (whose connect
+// retries a refused connection for 200 ms) of the broker's death; the next broker
+// raises the grant over what is used (guarantee_enforcer.h) and, if a guarantee needs the
+// memory, asks for it again. Without room it waits for room, or for a broker: never for a
+// broker that is gone. Cost while waiting: one burst request (or one refused connect())
+// every kReserveBackStepNs at most.
 void SwapEngine::reserve_back(const Backed& b) noexcept {
   MemoryLedger& ledger = memory_.tenant().ledger();
+  const std::atomic<uint64_t>& answered =
+      memory_.tenant().ledger_map()->devices[b.index].burst_requests;
   const uint32_t device = static_cast<uint32_t>(b.index);
   int64_t backoff_ns = 5'000'000;
-  bool told = false;
+  bool told = false, told_gone = false;
   for (;;) {
     if (ledger.try_reserve(device, b.size, true) == ReserveOutcome::kReserved) return;
     std::string error;
+    const uint64_t answers = answered.load(std::memory_order_acquire);
     if (memory_.tenant().request_burst(device, b.size, &error) &&
         ledger.try_reserve(device, b.size, true) == ReserveOutcome::kReserved)
       return;
-    if (!told) {
-      FRACGPU_LOG(LogLevel::kInfo,
-                  "tenant '%s' waits for %.1f MiB of its memory to come back from host (%s)",
-                  memory_.tenant().tenant().c_str(), static_cast<double>(b.size) / (1 << 20),
-                  error.c_str());
+    const bool broker_gone = answered.load(std::memory_order_acquire) == answers;
+    if (broker_gone && device_has_room(calls_, b.ordinal, b.size)) {
+      ledger.force_charge(device, b.size);
+      FRACGPU_LOG_CAPPED(LogLevel::kWarn, 4,
+                         "no fracgpu broker answers (%s); tenant '%s' brings its memory back from "
+                         "host without a grant",
+                         error.c_str(), memory_.tenant().tenant().c_str());
+      return;
+    }
+    if (!told || (broker_gone && !told_gone)) {
+      FRACGPU_LOG(
+          LogLevel::kInfo,
+          "tenant '%s' waits for %.1f MiB of its memory to come back from host (%s)",
+          memory_.tenant().tenant().c_str(), static_cast<double>(b.size) / (1 << 20),
+          broker_gone ? "no broker answers and the GPU has no room for it yet" : error.c_str());
       told = true;
+      told_gone = told_gone || broker_gone;
     }
     sleep_ns(backoff_ns);
-    backoff_ns = std::min<int64_t>(backoff_ns * 2, 100'000'000);
+    backoff_ns = std::min<int64_t>(backoff_ns * 2, kReserveBackStepNs);
   }
 }
 
@@ -426,6 +531,7 @@ void SwapEngine::after_fork_in_child() noexcept {
   new (&mutex_) std::mutex();
   backed_.clear();
   swapped_bytes_.store(0, std::memory_order_relaxed);
+  pinned_bytes_.store(0, std::memory_order_relaxed);
   devices_used_.store(0, std::memory_order_relaxed);
   thread_started_.store(false, std::memory_order_relaxed);
   gate_.open();

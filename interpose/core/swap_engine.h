@@ -14,6 +14,13 @@
 // arrays, the application's own VMM, small allocations, swap "never") stays native and
 // resident.
 //
+// Sharing (core/ipc_exporter.h): an allocation another process maps through legacy IPC is
+// pinned — brought back first if it is on host, never moved again — and its physical memory
+// is created exportable as a POSIX descriptor (requested at cuMemCreate where the device
+// supports it, as PyTorch's expandable segments do). Its free tells the exporter (the
+// handle's export goes); the importer's mapping keeps the physical memory alive until it
+// closes.
+//
 // Capture safety: a swap-out runs only while no stream capture is open in the process
 // (CaptureTracker::run_unless_capturing, which also keeps new captures from beginning
 // while it runs), from a thread in relaxed capture mode.
@@ -36,6 +43,7 @@
 
 #include "core/capture_tracker.h"
 #include "core/driver_calls.h"
+#include "core/ipc_shareable.h"
 #include "core/memory_policy.h"
 
 namespace fracgpu {
@@ -70,7 +78,7 @@ class ResidencyGate {
   std::atomic<uint64_t> calls_{0};
 };
 
-class SwapEngine {
+class SwapEngine final : public ShareableMemory {
  public:
   SwapEngine(MemoryPolicy& memory, CaptureTracker& captures, const FenceOps& fence_ops);
   SwapEngine(const SwapEngine&) = delete;
@@ -81,6 +89,20 @@ class SwapEngine {
   std::optional<CUresult> allocate(const TenantDevice& device, CUdeviceptr* dptr, uint64_t bytes);
   // cuMemFree: nullopt when `ptr` is not a swappable allocation.
   std::optional<CUresult> free(CUdeviceptr ptr);
+
+  // --- Sharing with other processes (core/ipc_shareable.h) ---
+  // The allocation containing `ptr`, made resident and pinned; nullopt when it is not one
+  // the engine backs. CUDA_ERROR_OUT_OF_MEMORY when it is on host and cannot come back.
+  std::optional<CUresult> pin_for_sharing(CUdeviceptr ptr,
+                                          ShareableAllocation* out) noexcept override;
+  // The application exports a physical handle itself (cuMemExportToShareableHandle, e.g.
+  // after cuMemRetainAllocationHandle): if it is one of ours, that allocation is pinned.
+  // True when it was.
+  bool pin_handle(CUmemGenericAllocationHandle handle) noexcept;
+  // Told when a pinned allocation is freed (set once, at the first cuIpc* call).
+  void set_share_listener(SharedFreeListener* listener) noexcept {
+    share_listener_.store(listener, std::memory_order_release);
+  }
 
   // Around every call that can touch device memory: brings swapped memory back first.
   class Section {
@@ -109,6 +131,9 @@ class SwapEngine {
 
   // Status and tests.
   uint64_t swapped_bytes() const noexcept { return swapped_bytes_.load(std::memory_order_relaxed); }
+  // Bytes pinned for sharing: they never move to host. Not yet in the ledger the broker
+  // reads (docs/design.md "Overcommit and swap").
+  uint64_t pinned_bytes() const noexcept { return pinned_bytes_.load(std::memory_order_relaxed); }
   std::size_t backed_allocations() const;
   void after_fork_in_child() noexcept;
 
@@ -120,11 +145,15 @@ class SwapEngine {
     CUmemGenericAllocationHandle handle = 0;  // 0 while on host
     void* host = nullptr;                     // pinned copy while on host
     CUcontext context = nullptr;              // current at allocation: synchronised before a move
+    bool pinned = false;                      // shared with another process: never moves
   };
 
   bool enter_slow() noexcept;
   uint64_t granularity(CUdevice ordinal) noexcept;
   CUresult map_physical(CUdeviceptr va, const Backed& b, CUmemGenericAllocationHandle* handle);
+  CUresult create_physical(const Backed& b, CUmemGenericAllocationHandle* handle);
+  std::map<CUdeviceptr, Backed>::iterator containing(CUdeviceptr ptr);  // under mutex_
+  void pin(Backed& b) noexcept;                                         // under mutex_
   bool wants(uint64_t bytes, uint64_t granule) const noexcept;
   void synchronise(int index) noexcept;
   bool move_to_host(CUdeviceptr va, Backed& b) noexcept;
@@ -149,6 +178,11 @@ class SwapEngine {
   std::atomic<bool> thread_started_{false};
   uint32_t seen_completed_ = 0;  // swap thread only: gate_.completed() at its last look
   uint64_t granule_[kMaxDevices] = {};
+  // Per tenant device: may physical memory be created exportable as a POSIX descriptor?
+  // 0 not known yet, 1 yes, -1 no (the driver refused it; sharing then fails cleanly).
+  std::atomic<int8_t> exportable_[kMaxDevices] = {};
+  std::atomic<uint64_t> pinned_bytes_{0};
+  std::atomic<SharedFreeListener*> share_listener_{nullptr};
 };
 
 }  // namespace fracgpu

@@ -23,6 +23,9 @@ class TenantLink {
   virtual TenantLedger* ledger_map() = 0;
   virtual MemoryLedger& ledger() = 0;  // the reserve/release protocol over ledger_map()
   virtual uint32_t slot() const = 0;
+  // Bumped each time this process moves to another slot while it runs (a re-registration
+  // after its ledger was lost, tenant_segment.h): what holds slot pointers binds again.
+  virtual uint32_t slot_generation() const { return 0; }
 
   // A forked child must register (and get a slot of its own) before it allocates or launches.
   virtual bool needs_registration() const = 0;

@@ -61,7 +61,12 @@ TEST_F(Overcommit, AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDat
   RecordProperty("guarantee_seconds", std::to_string(took_s));
   std::printf("guaranteed tenant held its 2 GiB after %.2f s\n", took_s);
   EXPECT_GE(lb->devices[0].swapped.load(), 1 * kGiB) << "the borrower's memory moved to host";
-  EXPECT_LE(lb->devices[0].used.load() + 2 * kGiB, 4 * kGiB);
+  // The swap thread releases an allocation's pages before its books say so (they over-state
+  // for that moment, never under-state): the guarantee may hold them a moment earlier.
+  wait_until([&] { return lb->devices[0].used.load() + 2 * kGiB <= 4 * kGiB; },
+             std::chrono::seconds(2));
+  EXPECT_LE(lb->devices[0].used.load() + 2 * kGiB, 4 * kGiB)
+      << read_text(dir_.path() + "/broker-1.log") << borrower->err();
 
   // The guarantee goes; the borrower reads everything back from where it left it.
   holder.kill_and_reap();

@@ -12,11 +12,21 @@
 //   lifetimes --bytes N           memory that outlives the call that "frees" it: a VMM
 //                                 handle released while still mapped, a pool destroyed
 //                                 with an allocation outstanding (charge while alive, 0 after)
-//   pattern --bytes N --chunk C --go FILE
+//   pattern --bytes N --chunk C --go FILE [--route R] [--done FILE2]
 //                                 allocate N bytes in chunks of C, fill each with its own
 //                                 pattern, print, wait for FILE (memory may move to host
-//                                 meanwhile), then read everything back and report whether
-//                                 it is intact and how long the first read took (a swap-in)
+//                                 meanwhile), then read everything back from the same
+//                                 addresses and report whether it is intact, how long the
+//                                 first read took (a swap-in) and when it ended
+//                                 ("resumed_at_ns", CLOCK_MONOTONIC); with --done, keep it all
+//                                 until FILE2 exists. --route: how each chunk is allocated:
+//                                 alloc (cuMemAlloc, default), pitch (cuMemAllocPitch, 4 KiB
+//                                 rows), managed, async (cuMemAllocAsync, the default pool),
+//                                 pool (cuMemAllocFromPoolAsync, a pool of its own), vmm (the
+//                                 program's own cuMemCreate + cuMemMap), array
+//                                 (cuArray3DCreate: the simulated GPU keeps no array data, so
+//                                 only that it is still there is checked), hostreg
+//                                 (cuMemHostRegister'd host memory: charged nothing)
 //   info                          cuMemGetInfo / cuDeviceTotalMem
 //   pairs --bytes N --count K     time K cuMemAlloc+cuMemFree pairs of N bytes (ns per pair,
 //                                 median of 5 rounds after a warm-up round)
@@ -40,6 +50,7 @@
 #include <vector>
 
 #include "fracgpu/gpu_uuid.h"
+#include "pattern_route.h"
 
 namespace {
 
@@ -49,6 +60,8 @@ struct Args {
   uint64_t bytes = 64 << 20;
   int ms = 1000;
   std::string go_file;
+  std::string done_file;
+  std::string route = "alloc";
   bool hold = false;
 };
 
@@ -76,8 +89,8 @@ Args parse(int argc, char** argv) {
   a.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--go") {
-      a.go_file = argv[i + 1];
+    if (k == "--go" || k == "--done" || k == "--route") {
+      (k == "--go" ? a.go_file : k == "--done" ? a.done_file : a.route) = argv[i + 1];
       continue;
     }
     uint64_t v = std::strtoull(argv[i + 1], nullptr, 0);
@@ -202,33 +215,50 @@ __attribute__((no_sanitize("thread"))) bool has_pattern(const uint32_t* words, s
   return true;
 }
 
+void wait_for_file(const std::string& path) {
+  while (!path.empty() && access(path.c_str(), F_OK) != 0) usleep(2000);
+}
+
 int pattern(const Args& a) {
-  start();
-  std::vector<CUdeviceptr> chunks;
-  std::vector<uint32_t> host(a.chunk / 4);
-  for (uint64_t done = 0; done + a.chunk <= a.bytes; done += a.chunk) {
-    CUdeviceptr p = 0;
-    CHECK(cuMemAlloc(&p, a.chunk));
-    fill_pattern(host.data(), host.size(), chunks.size());
-    CHECK(cuMemcpyHtoD(p, host.data(), a.chunk));
-    chunks.push_back(p);
+  const CUdevice dev = start();
+  PatternRoute route(a.route, dev, a.chunk);
+  if (!route.known()) {
+    std::fprintf(stderr, "unknown route %s\n", a.route.c_str());
+    return 2;
   }
-  std::printf("{\"ready\":%zu}\n", chunks.size());
+  std::vector<Chunk> chunks;
+  std::vector<uint32_t> host(route.chunk() / 4);
+  for (uint64_t done = 0; done + a.chunk <= a.bytes; done += a.chunk) {
+    Chunk c = route.allocate();
+    fill_pattern(host.data(), host.size(), chunks.size());
+    route.write(c, host.data());
+    chunks.push_back(c);
+  }
+  std::printf("{\"ready\":%zu,\"route\":\"%s\",\"first\":%llu}\n", chunks.size(), a.route.c_str(),
+              chunks.empty() ? 0ull : static_cast<unsigned long long>(chunks[0].ptr));
   std::fflush(stdout);
-  while (access(a.go_file.c_str(), F_OK) != 0) usleep(2000);
+  wait_for_file(a.go_file);
   const auto t0 = std::chrono::steady_clock::now();
   bool intact = true;
   double first_ms = -1;
+  int64_t resumed_at_ns = 0;
   for (std::size_t c = 0; c < chunks.size(); ++c) {
-    CHECK(cuMemcpyDtoH(host.data(), chunks[c], a.chunk));
-    if (first_ms < 0)
-      first_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    intact = intact && has_pattern(host.data(), host.size(), c);
+    route.read(chunks[c], host.data());
+    if (first_ms < 0) {
+      const auto now = std::chrono::steady_clock::now();
+      first_ms = std::chrono::duration<double, std::milli>(now - t0).count();
+      resumed_at_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    }
+    intact = intact && route.still_there(chunks[c]) &&
+             (!route.has_data(chunks[c]) || has_pattern(host.data(), host.size(), c));
   }
-  for (CUdeviceptr p : chunks) CHECK(cuMemFree(p));
-  std::printf("{\"intact\":%s,\"chunks\":%zu,\"resume_ms\":%.1f}\n", intact ? "true" : "false",
-              chunks.size(), first_ms);
+  std::printf("{\"intact\":%s,\"chunks\":%zu,\"resume_ms\":%.1f,\"resumed_at_ns\":%lld}\n",
+              intact ? "true" : "false", chunks.size(), first_ms,
+              static_cast<long long>(resumed_at_ns));
+  std::fflush(stdout);
+  wait_for_file(a.done_file);
+  for (const Chunk& c : chunks) route.free(c);
   return intact ? 0 : 3;
 }
 

@@ -117,5 +117,28 @@ TEST_F(GateLiveness, ALeaseNeverRenewedIsNoLease) {
   EXPECT_EQ(waited.wait_for(std::chrono::seconds(2)), std::future_status::ready);
 }
 
+// A process that re-registered into another slot (a rebuilt ledger): the gate counts its
+// waiters, launches and progress there from the next operation on, and a waiter that was
+// counted in the old slot is counted out of that same slot.
+TEST_F(GateLiveness, ARebindMovesLaunchesWaitersAndProgressToTheNewSlot) {
+  auto waited = launch();
+  wait_for_waiter();
+  gate.rebind_slot(&ledger->schedule[9][0], &ledger->processes[9]);
+  quota->devices[0].grant_word.store(make_grant_word(8, true, false));
+  futex_wake_all(quota->devices[0].grant_word);
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+  EXPECT_EQ(ledger->schedule[3][0].waiting.load(), 0u);  // out where it was counted in
+  EXPECT_EQ(ledger->schedule[9][0].waiting.load(), 0u);
+  EXPECT_EQ(ledger->schedule[9][0].launched_epoch.load(), 8u);  // acknowledged in the new slot
+  EXPECT_NE(ledger->schedule[3][0].launched_epoch.load(), 8u);
+  const uint64_t progress = ledger->processes[9].gate_progress.load();
+  quota->devices[0].grant_word.store(make_grant_word(9, false, false));
+  auto again = launch();
+  while (ledger->schedule[9][0].waiting.load() == 0) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_GT(ledger->processes[9].gate_progress.load(), progress);
+  kill_broker();
+  EXPECT_EQ(again.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+}
+
 }  // namespace
 }  // namespace fracgpu
