@@ -51,3 +51,68 @@ if(FRACGPU_SANITIZE)
     target_compile_options(fracgpu_third_party_abi INTERFACE -U__SANITIZE_THREAD__)
   endif()
 endif()
+
+# Unity builds (CMAKE_UNITY_BUILD=ON; tools/ci_sanitizers.sh builds the sanitizer job so,
+# since most of a file's compile time is its headers). A unity unit is one translation unit,
+# so two sources of a target that each define a helper of the same name in an anonymous
+# namespace (kMiB, fail(), fake_ops()) cannot share one: each source below is compiled on
+# its own. A new clash reads "redefinition of '... {anonymous}::NAME'" (or GCC's
+# -Wsubobject-linkage, for a class that uses an anonymous type outside its main file):
+# add the file named there. The generated protobuf/gRPC sources define the same file-static
+# tables in every file, and glibc_floor.cpp redeclares pthread functions with its own
+# symbol visibility: their targets' files stay apart too. Costs nothing outside unity builds.
+# FRACGPU_UNITY_SEPARATE_EXTRA (a cache list, same form) adds to the list without an edit:
+# tools/ci_sanitizers.sh sets it to the files of the clashes a build meets, then says which.
+set(FRACGPU_UNITY_SEPARATE
+  broker/cli/tenant_commands.cpp
+  broker/cli/top_command.cpp
+  broker/core/compute_service.cpp
+  fakecuda/src/api_graph.cpp
+  fakecuda/src/api_memset.cpp
+  fakecuda/src/mem_pool.cpp
+  fakecuda/tests/graph_memory_test.cpp
+  fakecuda/tests/memory_test.cpp
+  fakecuda/tests/process_test.cpp
+  fakecuda/tests/shareable_handle_test.cpp
+  interpose/glibc_floor.cpp
+  k8s/device_plugin/plugin_runner.cpp
+  tests/broker/books_check_test.cpp
+  tests/broker/crash_consistency_test.cpp
+  tests/broker/gpu_scheduler_mps_test.cpp
+  tests/broker/top_test.cpp
+  tests/broker/unresponsive_tenant_test.cpp
+  tests/broker/violation_log_test.cpp
+  tests/k8s/pod_attribution_test.cpp
+  tests/k8s/pod_e2e_test.cpp
+  tests/integration/overcommit_broker_death_test.cpp
+  tests/integration/overcommit_budget_test.cpp
+  tests/integration/overcommit_kill_test.cpp
+  tests/k8s/slice_classes_test.cpp
+  tests/unit/capture_tracker_test.cpp)
+set(FRACGPU_UNITY_OFF_TARGETS fracgpu_deviceplugin_proto)
+
+# Source properties belong to a directory: applied, once every directory is known (deferred
+# to the end of the top-level CMakeLists.txt), in all of them.
+function(fracgpu_apply_unity_exclusions)
+  set(pending ${PROJECT_SOURCE_DIR})
+  set(dirs "")
+  while(pending)
+    list(POP_FRONT pending dir)
+    list(APPEND dirs ${dir})
+    get_property(sub DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+    list(APPEND pending ${sub})
+  endwhile()
+  set(files ${FRACGPU_UNITY_SEPARATE} ${FRACGPU_UNITY_SEPARATE_EXTRA})
+  list(TRANSFORM files PREPEND ${PROJECT_SOURCE_DIR}/)
+  set_source_files_properties(${files} DIRECTORY ${dirs} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+  foreach(target ${FRACGPU_UNITY_OFF_TARGETS})
+    if(TARGET ${target})
+      set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
+    endif()
+  endforeach()
+endfunction()
+if(CMAKE_UNITY_BUILD)
+  set(FRACGPU_UNITY_SEPARATE_EXTRA "" CACHE STRING
+      "Sources (relative to the top) compiled apart in a unity build, beyond FRACGPU_UNITY_SEPARATE")
+  cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL fracgpu_apply_unity_exclusions)
+endif()

@@ -13,8 +13,14 @@
 #   ("*" for all, "Suite.Name:Suite.Other" for some) get the label `timing` as well.
 #   (gtest_discover_tests flattens a list given in PROPERTIES, so the second label is set
 #   by a file ctest includes after the discovered tests, from their TEST_LIST.)
+#   In a sanitizer build a target whose tests are all `timing` (TIMING "*") is left out of
+#   `all` and registers nothing: the sanitizer job would build it only to run none of it.
 function(fracgpu_discover_tests target)
   cmake_parse_arguments(ARG "" "TIMING" "LABELS;PROPERTIES" ${ARGN})
+  if(FRACGPU_SANITIZE AND ARG_TIMING STREQUAL "*")
+    set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+    return()
+  endif()
   if(NOT ARG_TIMING)
     gtest_discover_tests(${target} PROPERTIES LABELS "${ARG_LABELS}" ${ARG_PROPERTIES} DISCOVERY_TIMEOUT 30)
     return()

@@ -9,22 +9,46 @@
 #   tools/ci_sanitizers.sh [thread|address|all] [extra ctest arguments...]
 #
 # Environment: FRACGPU_TSAN_BUILD (build-tsan), FRACGPU_ASAN_BUILD (build-asan): the build
-# folders; JOBS (2): build and ctest parallelism; FRACGPU_CTEST_TIMEOUT (300): per test;
+# folders; JOBS (2): build parallelism; CTEST_JOBS (3): ctest's; FRACGPU_CTEST_TIMEOUT
+# (300): per test without a timeout of its own; FRACGPU_SANITIZER_UNITY (ON): unity build;
 # FRACGPU_SANITIZERS_NO_BUILD=1: test the folders as they are (to rerun tests by hand,
 # e.g. with -R NAME).
 #
+# Measured on a 2-core machine (Debian 12, GCC 12; CPU seconds of every compile and link,
+# which a shared machine does not inflate; a dedicated 2-core machine builds in about half
+# of that, as ninja keeps both cores busy):
+#                 clean build, CPU s      tests, wall    (every test but `timing`)
+#   ThreadSan.    1,377 CPU s (unity)        390–487 s (618–621 tests)
+#   Address+UB    2,107 CPU s (unity;         403 s (618 tests)
+#                 4,652 without)
+# The whole of .ci/run: docs/reliability.md ("Sanitizers").
+#
 # Build type: Debug with -Og -g1, which the build's time decides: the sanitizer builds
-# compile everything (~300 files) on CI's 2 cores. -g1 (line tables) is all a report's
-# stack needs and compiles ~25 % faster than -g; -Og compiles ASan+UBSan code ~40 % faster
-# than -O1 (UBSan's checks make GCC's -O1 passes slow) and TSan code ~20 % faster, for an
-# instrumented process that is still within a few times the normal speed. The tests
-# mostly wait on processes; the few hot test loops are kept out of the instrumentation.
+# compile everything on CI's 2 cores. -g1 (line tables) is all a report's stack needs
+# (-g0 would leave function+offset, no file:line) and compiles ~25 % faster than -g; -Og
+# compiles ASan+UBSan code ~40 % faster than -O1 (UBSan's checks make GCC's -O1 passes
+# slow) and TSan code ~20 % faster, for an instrumented process that is still within a few
+# times the normal speed. The tests mostly wait on processes; the few hot test loops are
+# kept out of the instrumentation.
+# Unity build (CMAKE_UNITY_BUILD, 8 sources a unit): most of a file's compile time is the
+# headers it includes (GoogleTest, the standard library, spdlog, nlohmann/json, gRPC), so
+# one unit of 8 files costs about what 2-3 files cost alone. A source that cannot share a
+# unit (a helper of the same name in an anonymous namespace as another file of its target)
+# is named in cmake/Sanitizers.cmake, FRACGPU_UNITY_SEPARATE, and compiled alone; a new
+# clash shows as "redefinition of ... {anonymous}::...", and is fixed there.
+# ctest runs 3 tests at a time: most tests wait on processes (brokers, tenants, the
+# simulated device's timers), the serial ones (RUN_SERIAL) still run alone. A failed test
+# is run once more before it counts (as the README's run in .ci/run): a loaded machine can
+# make an instrumented process miss a deadline. Sanitizer reports are never forgiven: the
+# first attempt's report stays in the reports folder.
 #
 # Runtime options (on top of tools/sanitizers/default_options.cpp, built into every
 # instrumented executable):
 #   all:   log_path=<build>/sanitizer-reports/<tool>: each process writes its report to
 #          <tool>.<pid> there (the folder is 1777: tests run processes as other users);
-#          the reports are the verdict, and are printed at the end.
+#          the reports are the verdict, and are printed at the end. A report that reached a
+#          test's output instead (a process that got an environment without the options)
+#          fails the run too.
 #   TSan:  halt_on_error=1 (a report ends the process; exit 66), second_deadlock_stack=1
 #          (both stacks of a lock-order inversion).
 #   ASan:  detect_leaks=1, halt_on_error=1, detect_stack_use_after_return=1,
@@ -38,13 +62,44 @@ root=$PWD
 which=${1:-all}
 shift || true
 jobs=${JOBS:-2}
+ctest_jobs=${CTEST_JOBS:-3}
 timeout=${FRACGPU_CTEST_TIMEOUT:-300}
+unity=${FRACGPU_SANITIZER_UNITY:-ON}
 
 configure() {  # dir sanitize
+  mkdir -p "$1"
   cmake -S . -B "$1" -G Ninja -DFRACGPU_SANITIZE="$2" -DCMAKE_BUILD_TYPE=Debug \
         -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" -DCMAKE_C_FLAGS_DEBUG="-Og -g1" \
-        -DFRACGPU_WERROR=ON -DFRACGPU_BUILD_BENCH=OFF >"$1.configure.log" ||
-    { cat "$1.configure.log"; return 1; }
+        -DCMAKE_UNITY_BUILD="$unity" -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DFRACGPU_UNITY_SEPARATE_EXTRA= \
+        -DFRACGPU_WERROR=ON -DFRACGPU_BUILD_BENCH=OFF >"$1/configure.log" ||
+    { cat "$1/configure.log"; return 1; }
+}
+
+# A unity build that fails is tried again with the sources its errors name compiled apart
+# (FRACGPU_UNITY_SEPARATE_EXTRA), while that names new ones: a clash of two sources of one
+# unit then costs a few recompiles, not the job, and is named for cmake/Sanitizers.cmake. A
+# real error fails again alone, or lies in a header, and fails the build. (-k 0: every
+# failing unit in one pass.)
+build() {  # dir
+  local log=$1/build.log apart="" named rc
+  while :; do
+    rc=0
+    cmake --build "$1" -j"$jobs" -- -k 0 2>&1 | tee "$log" || rc=1
+    if [[ $rc == 0 ]]; then
+      [[ -z $apart ]] ||
+        echo "ci_sanitizers: WARNING: unity clashes: add to FRACGPU_UNITY_SEPARATE in" \
+             "cmake/Sanitizers.cmake: ${apart//;/ }" >&2
+      return 0
+    fi
+    [[ $unity == ON ]] || return 1
+    named=$(grep -oE "^$root/[^: ]+\.cpp:[0-9]+:[0-9]+: error:" "$log" | cut -d: -f1 |
+              sed "s|^$root/||" | sort -u)
+    named=$(comm -13 <(tr ';' '\n' <<<"$apart" | sort -u) <(echo "$named") | grep . || true)
+    [[ -n $named ]] || return 1
+    echo "ci_sanitizers: the unity build failed; again with these compiled apart:" $named >&2
+    apart=$(printf '%s\n' ${apart//;/ } $named | sort -u | paste -sd';')
+    cmake "$1" -DFRACGPU_UNITY_SEPARATE_EXTRA="$apart" >>"$1/configure.log" || return 1
+  done
 }
 
 # Every report under the folder, printed; status 1 if there is any. A file without a
@@ -54,7 +109,7 @@ reports() {  # folder
   local found=0 f
   for f in "$1"/*; do
     [[ -f $f ]] || continue
-    if grep -qE '(ERROR|WARNING): [A-Za-z]+Sanitizer|runtime error:' "$f"; then
+    if grep -qE '(ERROR|WARNING|FATAL): [A-Za-z]+Sanitizer|runtime error:' "$f"; then
       found=1
       echo "=== sanitizer report $f"
     else
@@ -65,15 +120,26 @@ reports() {  # folder
   return $found
 }
 
+# Reports that went to a test's output rather than to the folder: ctest's log of every
+# test's output, searched for a report's first line.
+reports_in_output() {  # build dir
+  local log=$1/Testing/Temporary/LastTest.log
+  [[ -f $log ]] || return 0
+  if grep -nE '^(==[0-9]+==)?(ERROR|WARNING|FATAL): [A-Za-z]+Sanitizer|^[^ ]+:[0-9]+(:[0-9]+)?: runtime error:' "$log"; then
+    echo "ci_sanitizers: sanitizer reports in the tests' output above ($log)" >&2
+    return 1
+  fi
+}
+
 run_one() {  # name dir sanitize
   local name=$1 dir=$2 san=$3 start reports_dir rc=0 supp
   shift 3
   start=$(date +%s)
-  echo "ci_sanitizers: $name: configure and build $dir"
   # (`|| return`: run_one runs in an `||` list, where set -e does not apply.)
   if [[ -z ${FRACGPU_SANITIZERS_NO_BUILD:-} ]]; then
+    echo "ci_sanitizers: $name: configure and build $dir (unity $unity)"
     configure "$dir" "$san" || return 1
-    cmake --build "$dir" -j"$jobs" || return 1
+    build "$dir" || return 1
   fi
   local built=$(($(date +%s) - start))
   reports_dir=$root/$dir/sanitizer-reports
@@ -94,12 +160,13 @@ run_one() {  # name dir sanitize
       ;;
   esac
   echo "ci_sanitizers: $name: ctest ($(ctest --test-dir "$dir" -N -LE 'timing|gpu' | tail -1))"
-  env "${env[@]}" ctest --test-dir "$dir" --output-on-failure -j"$jobs" --timeout "$timeout" \
-      -LE 'timing|gpu' "$@" || rc=1
+  env "${env[@]}" ctest --test-dir "$dir" --output-on-failure -j"$ctest_jobs" --timeout "$timeout" \
+      --repeat until-pass:2 -LE 'timing|gpu' "$@" || rc=1
   if ! reports "$reports_dir"; then
     echo "ci_sanitizers: $name: sanitizer reports above" >&2
     rc=1
   fi
+  reports_in_output "$dir" || rc=1
   echo "ci_sanitizers: $name: built in ${built} s, tested in $(($(date +%s) - start - built)) s," \
        "$([[ $rc == 0 ]] && echo clean || echo FAILED)"
   return $rc
