@@ -97,7 +97,7 @@ CUresult HookBody<HookId::cuMemExportToShareableHandle>::call(
     CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
     unsigned long long flags) noexcept {
   // Another process may map these pages now: they must never move to host.
-  if (TenantPolicies* t = tenant()) t->swap.pin_handle(handle);
+  if (TenantPolicies* t = tenant()) handle = t->app_vmm.exported(handle);
   return real(shareable, handle, type, flags);
 }
 

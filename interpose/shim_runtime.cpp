@@ -64,6 +64,7 @@ void tenant_after_fork_in_child() {
   CaptureTracker::process().reset_after_fork();
   g_tenancy->policies->compute.after_fork_in_child();
   g_tenancy->policies->swap.after_fork_in_child();
+  g_tenancy->policies->app_vmm.after_fork_in_child();
 }
 
 const char* environment_value(const char* name) {

@@ -32,6 +32,13 @@ bool AllocationRegistry::covers(uintptr_t p, size_t bytes) const {
   return bytes <= it->second.size - (p - it->second.base);
 }
 
+bool AllocationRegistry::overlaps(uintptr_t p, size_t bytes) const {
+  std::shared_lock lock(mutex_);
+  if (locate(p) != by_base_.end()) return true;
+  auto after = by_base_.upper_bound(p);  // the first allocation starting past p
+  return after != by_base_.end() && after->first - p < bytes;
+}
+
 bool AllocationRegistry::update(uintptr_t base, const std::function<void(Allocation&)>& change) {
   std::unique_lock lock(mutex_);
   auto it = by_base_.find(base);

@@ -55,6 +55,9 @@ class AllocationRegistry {
   // True when [p, p + bytes) lies inside one known allocation.
   bool covers(uintptr_t p, size_t bytes) const;
 
+  // True when any known allocation shares a byte with [p, p + bytes).
+  bool overlaps(uintptr_t p, size_t bytes) const;
+
   // Applies `change` to the allocation starting exactly at `base`; false when there is none.
   bool update(uintptr_t base, const std::function<void(Allocation&)>& change);
 

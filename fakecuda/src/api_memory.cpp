@@ -85,7 +85,9 @@ CUresult register_host(void* p, size_t bytes, unsigned flags) {
   if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   return with_context([&](Driver& driver, Context& context) {
     uintptr_t base = reinterpret_cast<uintptr_t>(p);
-    if (driver.allocations.find(base) || driver.allocations.find(base + bytes - 1)) {
+    // Like the real driver: any byte already registered (or pinned) refuses the whole range;
+    // sub-ranges of one mapping register separately.
+    if (driver.allocations.overlaps(base, bytes)) {
       return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
     Allocation allocation;

@@ -224,6 +224,9 @@ CUresult MemoryPolicy::charge_padding(uint64_t key, uint64_t extra) {
 }
 
 CUresult MemoryPolicy::free_any(CUdeviceptr ptr, DriverCall call) {
+  if (FreeRoute route = free_route_.load(std::memory_order_acquire)) {
+    if (auto rc = route(ptr)) return *rc;  // an arena block, maybe at its chunk's base
+  }
   if (swap_ != nullptr) {
     if (auto rc = swap_->free(ptr)) return *rc;
   }

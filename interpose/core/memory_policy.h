@@ -17,8 +17,10 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "core/allocation_table.h"
@@ -89,6 +91,10 @@ class MemoryPolicy {
   CUresult guaranteed_call(int index, DriverCall call);
   // The engine that backs swappable allocations (set once, before any allocation).
   void attach_swap(SwapEngine* swap) { swap_ = swap; }
+  // cuMemFree of memory another part of the shim serves (the swappable arena of
+  // stream-ordered allocations, core/async_arena.h): tried first; nullopt when not its own.
+  using FreeRoute = std::optional<CUresult> (*)(CUdeviceptr) noexcept;
+  void attach_free_route(FreeRoute route) { free_route_.store(route, std::memory_order_release); }
   // The pitch is the driver's choice: charge width x height first, then the padding.
   // `call` is the real allocation, given where to store the pitch.
   template <typename Ptr, typename Size>
@@ -181,6 +187,7 @@ class MemoryPolicy {
   AllocationTable async_memory_;   // stream-ordered allocations: pointer -> charge, owner = pool
   AllocationTable arrays_;         // CUarray and CUmipmappedArray handles
   SwapEngine* swap_ = nullptr;
+  std::atomic<FreeRoute> free_route_{nullptr};
 };
 
 }  // namespace fracgpu

@@ -56,24 +56,6 @@ class ContextScope {
   bool pushed_ = false;
 };
 
-// Host memory for a swapped allocation: anonymous memory on transparent huge pages,
-// registered (pinned) with the driver. Pinning 2 MiB pages is several times faster than
-// cuMemHostAlloc's 4 KiB ones, and the copy then runs at the host link's speed. Falls back
-// to cuMemHostAlloc where registration is not available.
-void* pinned_host(const DriverCalls& calls, uint64_t size) {
-  if (calls.cuMemHostRegister != nullptr && calls.cuMemHostUnregister != nullptr) {
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
-      madvise(p, size, MADV_HUGEPAGE);
-      if (calls.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) return p;
-      munmap(p, size);
-    }
-  }
-  void* host = nullptr;
-  if (calls.cuMemHostAlloc(&host, size, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return nullptr;
-  return host;
-}
-
 // Whether the device could give `bytes` of physical memory now: created and released at
 // once (only when no broker answers a swap-in, reserve_back).
 bool device_has_room(const DriverCalls& calls, CUdevice ordinal, uint64_t bytes) {
@@ -84,15 +66,6 @@ bool device_has_room(const DriverCalls& calls, CUdevice ordinal, uint64_t bytes)
   return true;
 }
 
-void free_pinned_host(const DriverCalls& calls, void* host, uint64_t size) {
-  if (host == nullptr) return;
-  if (calls.cuMemHostUnregister != nullptr && calls.cuMemHostUnregister(host) == CUDA_SUCCESS) {
-    munmap(host, size);
-    return;
-  }
-  calls.cuMemFreeHost(host);
-}
-
 }  // namespace
 
 void ResidencyGate::close_and_wait() noexcept {
@@ -101,7 +74,11 @@ void ResidencyGate::close_and_wait() noexcept {
 }
 
 SwapEngine::SwapEngine(MemoryPolicy& memory, CaptureTracker& captures, const FenceOps& fence_ops)
-    : memory_(memory), captures_(captures), calls_(memory.driver()), fence_ops_(fence_ops) {}
+    : memory_(memory),
+      captures_(captures),
+      calls_(memory.driver()),
+      fence_ops_(fence_ops),
+      staging_(calls_, &captures) {}
 
 bool SwapEngine::wants(uint64_t bytes, uint64_t granule) const noexcept {
   return granule != 0 && bytes >= granule && (bytes % granule == 0 || bytes >= 8 * granule);
@@ -123,6 +100,7 @@ uint64_t SwapEngine::granularity(CUdevice ordinal) noexcept {
 // is enabled).
 CUresult SwapEngine::map_physical(CUdeviceptr va, const Backed& b,
                                   CUmemGenericAllocationHandle* handle) {
+  if (b.app) return map_app_physical(va, b, handle);  // as the application made it
   CUresult rc = create_physical(b, handle);
   if (rc != CUDA_SUCCESS) return rc;
   rc = calls_.cuMemMap(va, b.size, 0, *handle, 0);
@@ -223,7 +201,7 @@ std::optional<CUresult> SwapEngine::free(CUdeviceptr ptr) {
   if (!gate_.armed()) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = backed_.find(ptr);
-  if (it == backed_.end()) return std::nullopt;
+  if (it == backed_.end() || it->second.app) return std::nullopt;  // app: its own cuMemUnmap
   Backed b = it->second;
   backed_.erase(it);
   if (b.pinned) {
@@ -242,7 +220,7 @@ std::optional<CUresult> SwapEngine::free(CUdeviceptr ptr) {
     calls_.cuMemRelease(b.handle);
     memory_.release(b.index, b.size);
   } else {
-    free_pinned_host(calls_, b.host, b.size);
+    staging_.release(b.host);  // unregisters and unmaps each chunk
     memory_.tenant().ledger().left_host(static_cast<uint32_t>(b.index), b.size);
     swapped_bytes_.fetch_sub(b.size, std::memory_order_relaxed);
   }
@@ -268,7 +246,8 @@ std::optional<CUresult> SwapEngine::pin_for_sharing(CUdeviceptr ptr,
   if (!gate_.armed()) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = containing(ptr);
-  if (it == backed_.end()) return std::nullopt;
+  // The application's own VMM: legacy IPC is the driver's answer (it refuses VMM memory).
+  if (it == backed_.end() || it->second.app) return std::nullopt;
   Backed& b = it->second;
   if (b.handle == 0) {  // on host: the other process must map the real pages
     if (!bring_back(it->first, b)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -311,17 +290,13 @@ void SwapEngine::synchronise(int index) noexcept {
 
 bool SwapEngine::move_to_host(CUdeviceptr va, Backed& b) noexcept {
   ContextScope scope(calls_, b.context);
-  void* host = pinned_host(calls_, b.size);
-  if (host == nullptr) return false;
-  if (calls_.cuMemcpyDtoH(host, va, b.size) != CUDA_SUCCESS) {
-    free_pinned_host(calls_, host, b.size);
-    return false;
-  }
+  void* host = nullptr;  // pinned and copied chunk by chunk (core/host_staging.h)
+  if (staging_.copy_out(b.context, va, b.size, &host, &round_stats_) != CUDA_SUCCESS) return false;
   if (calls_.cuMemUnmap(va, b.size) != CUDA_SUCCESS) {
-    free_pinned_host(calls_, host, b.size);
+    staging_.release(host);
     return false;
   }
-  calls_.cuMemRelease(b.handle);
+  if (!b.app || !b.app->released) calls_.cuMemRelease(b.handle);  // else the mapping held it
   b.handle = 0;
   b.host = host;
   memory_.tenant().ledger().moved_to_host(static_cast<uint32_t>(b.index), b.size);
@@ -342,6 +317,7 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
             [&](CUdeviceptr a, CUdeviceptr c) { return backed_[a].size > backed_[c].size; });
   uint64_t moved = 0;
   const int64_t start = monotonic_ns();
+  round_stats_ = CopyOutStats{};
   const bool ran = captures_.run_unless_capturing([&] {
     gate_.close_and_wait();
     synchronise(index);
@@ -365,12 +341,8 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
   });
   if (!ran) return 0;
   if (moved > 0) {
-    const double seconds = static_cast<double>(monotonic_ns() - start) / 1e9;
-    FRACGPU_LOG(LogLevel::kInfo,
-                "moved %.1f MiB of tenant '%s' to host memory at the broker's request in %.3f s "
-                "(%.1f GB/s)",
-                static_cast<double>(moved) / (1 << 20), memory_.tenant().tenant().c_str(), seconds,
-                seconds > 0 ? static_cast<double>(moved) / seconds / 1e9 : 0.0);
+    staging_.set_keep_limit(moved);  // what a later swap-in may keep pinned for the next one
+    log_swap_out(moved, monotonic_ns() - start);
   }
   return moved;
 }
@@ -436,14 +408,14 @@ bool SwapEngine::bring_back(CUdeviceptr va, Backed& b) noexcept {
     sleep_ns(backoff_ns);
     backoff_ns = std::min<int64_t>(backoff_ns * 2, 100'000'000);
   }
-  if (rc != CUDA_SUCCESS || calls_.cuMemcpyHtoD(va, b.host, b.size) != CUDA_SUCCESS) {
+  if (rc != CUDA_SUCCESS || staging_.copy_in(b.host, va) != CUDA_SUCCESS) {
     FRACGPU_LOG_CAPPED(LogLevel::kError, 8,
                        "cannot bring %llu bytes at 0x%llx back from host memory (CUDA error %d)",
                        static_cast<unsigned long long>(b.size), static_cast<unsigned long long>(va),
                        static_cast<int>(rc));
     if (handle != 0 && rc == CUDA_SUCCESS) {
       calls_.cuMemUnmap(va, b.size);
-      calls_.cuMemRelease(handle);
+      if (!b.app || !b.app->released) calls_.cuMemRelease(handle);
     }
     memory_.release(b.index, b.size);
     return false;
@@ -478,7 +450,27 @@ void SwapEngine::free_retired_hosts() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     retired.swap(retired_hosts_);
   }
-  for (const auto& [host, size] : retired) free_pinned_host(calls_, host, size);
+  const int64_t now = monotonic_ns();
+  for (const auto& [host, size] : retired) staging_.retire(host, now);  // kept or unpinned
+  staging_.trim(now);
+}
+
+// One line per swap-out round: the rate, and whether pinning or the copies bounded it (a
+// stall is the swap thread waiting for a chunk to be pinned, the drain its wait for the
+// copies after the last chunk was queued).
+void SwapEngine::log_swap_out(uint64_t moved, int64_t elapsed_ns) const noexcept {
+  const CopyOutStats& s = round_stats_;
+  const double seconds = static_cast<double>(elapsed_ns) / 1e9;
+  FRACGPU_LOG(LogLevel::kInfo,
+              "moved %.1f MiB of tenant '%s' to host memory at the broker's request in %.3f s "
+              "(%.1f GB/s); staging %.3f s: pinned after %.3f s by %u threads (%.3f s of thread "
+              "time, %.1f MiB reused), copies waited %.3f s for pinning and %.3f s to drain",
+              static_cast<double>(moved) / (1 << 20), memory_.tenant().tenant().c_str(), seconds,
+              seconds > 0 ? static_cast<double>(moved) / seconds / 1e9 : 0.0,
+              static_cast<double>(s.total_ns) / 1e9, static_cast<double>(s.pin_wall_ns) / 1e9,
+              s.threads, static_cast<double>(s.pin_thread_ns) / 1e9,
+              static_cast<double>(s.reused_bytes) / (1 << 20),
+              static_cast<double>(s.stall_ns) / 1e9, static_cast<double>(s.drain_ns) / 1e9);
 }
 
 bool SwapEngine::enter_slow() noexcept {
@@ -534,6 +526,7 @@ void SwapEngine::after_fork_in_child() noexcept {
   pinned_bytes_.store(0, std::memory_order_relaxed);
   devices_used_.store(0, std::memory_order_relaxed);
   thread_started_.store(false, std::memory_order_relaxed);
+  staging_.after_fork_in_child();
   gate_.open();
 }
 

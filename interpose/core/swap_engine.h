@@ -6,13 +6,16 @@
 // cuMemAddressReserve + cuMemCreate + cuMemMap + cuMemSetAccess (the owner and every
 // device that can access it as a peer). When the broker lowers the tenant's
 // resident_target, a swap thread of this process copies such allocations to pinned host
-// memory, unmaps them and releases their physical pages, keeping the address range
+// memory (core/host_staging.h: pinned chunk by chunk on a few worker threads while the
+// copies run), unmaps them and releases their physical pages, keeping the address range
 // reserved; the next call of the application that can touch device memory (a launch, a
 // copy, a memset: the ResidencyGate below) brings everything back first — reserving the
 // bytes against the grant again, which waits while the broker has lent them to a
-// guaranteed tenant — at the same addresses. Everything else (managed, pitched, pools,
-// arrays, the application's own VMM, small allocations, swap "never") stays native and
-// resident.
+// guaranteed tenant — at the same addresses. The application's own VMM mappings join the
+// same moves when core/app_vmm.h finds them swappable (records with `app` set), and the
+// stream-ordered allocations of the default pool are carved from allocations of this engine
+// (core/async_arena.h). Everything else (managed, pitched, the application's own pools,
+// arrays, small allocations, swap "never") stays native and resident.
 //
 // Sharing (core/ipc_exporter.h): an allocation another process maps through legacy IPC is
 // pinned — brought back first if it is on host, never moved again — and its physical memory
@@ -37,12 +40,14 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "core/capture_tracker.h"
 #include "core/driver_calls.h"
+#include "core/host_staging.h"
 #include "core/ipc_shareable.h"
 #include "core/memory_policy.h"
 
@@ -137,6 +142,42 @@ class SwapEngine final : public ShareableMemory {
   std::size_t backed_allocations() const;
   void after_fork_in_child() noexcept;
 
+  // --- The application's own VMM mappings (core/app_vmm.h; defined in app_vmm.cpp) ---
+  // What a swap-in needs to rebuild a mapping the application made.
+  struct AppMapping {
+    CUmemGenericAllocationHandle app = 0;  // the application's value
+    CUmemAllocationProp prop{};            // as the application created it
+    std::vector<CUmemAccessDesc> access;   // as the application set it
+    bool released = false;  // the application holds no reference (the mapping holds the memory)
+  };
+  // A mapping the application unmapped.
+  struct AppLeft {
+    CUmemGenericAllocationHandle real = 0;  // 0: its bytes are on host, in `host`
+    void* host = nullptr;
+    bool pinned = false;
+  };
+  // The mapping at `va` of `real` (`size` bytes, tenant device `device`) joins the moves.
+  void adopt_app_mapping(CUdeviceptr va, const TenantDevice& device, uint64_t size,
+                         CUmemGenericAllocationHandle real, AppMapping mapping) noexcept;
+  // It leaves them (before the application's cuMemUnmap); nullopt when not adopted.
+  std::optional<AppLeft> leave_app_mapping(CUdeviceptr va) noexcept;
+  // The driver's handle mapped at adopted `va` now (0 on host); with `pin`, brought back
+  // first and never moved again; with `referenced`, the application holds a reference again
+  // (cuMemRetainAllocationHandle after its release). nullopt when not adopted (or it cannot
+  // come back).
+  std::optional<CUmemGenericAllocationHandle> app_real(CUdeviceptr va, bool pin,
+                                                       bool referenced = false) noexcept;
+  // The application's last reference to the handle mapped at `va` goes: the real one is
+  // released when resident; nothing when on host.
+  CUresult release_app_reference(CUdeviceptr va) noexcept;
+  // An unmapped handle's host copy back in new physical memory (the application maps it
+  // again): *real on success; the copy is retired.
+  CUresult restore_app_handle(const TenantDevice& device, uint64_t size,
+                              const CUmemAllocationProp& prop, void* host,
+                              CUmemGenericAllocationHandle* real) noexcept;
+  // A host copy nobody needs any more: unpinned by the swap thread.
+  void retire_host(void* host, uint64_t size) noexcept;
+
  private:
   struct Backed {
     int index = 0;                            // tenant device
@@ -146,6 +187,7 @@ class SwapEngine final : public ShareableMemory {
     void* host = nullptr;                     // pinned copy while on host
     CUcontext context = nullptr;              // current at allocation: synchronised before a move
     bool pinned = false;                      // shared with another process: never moves
+    std::shared_ptr<AppMapping> app;          // the application's own mapping (app_vmm.h)
   };
 
   bool enter_slow() noexcept;
@@ -163,6 +205,8 @@ class SwapEngine final : public ShareableMemory {
   static void* thread_main(void* engine) noexcept;
   void serve_demands() noexcept;
   void free_retired_hosts() noexcept;
+  void log_swap_out(uint64_t moved, int64_t elapsed_ns) const noexcept;
+  CUresult map_app_physical(CUdeviceptr va, const Backed& b, CUmemGenericAllocationHandle* handle);
 
   MemoryPolicy& memory_;
   CaptureTracker& captures_;
@@ -183,6 +227,8 @@ class SwapEngine final : public ShareableMemory {
   std::atomic<int8_t> exportable_[kMaxDevices] = {};
   std::atomic<uint64_t> pinned_bytes_{0};
   std::atomic<SharedFreeListener*> share_listener_{nullptr};
+  HostStaging staging_;       // the host copies: pinned and copied chunk by chunk
+  CopyOutStats round_stats_;  // under mutex_: the swap-out round's, for its log line
 };
 
 }  // namespace fracgpu

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "core/app_vmm.h"
 #include "core/capture_tracker.h"
 #include "core/compute_policy.h"
 #include "core/context_memory.h"
@@ -63,6 +64,9 @@ struct TenantPolicies {
   GraphMemory graphs;
   ComputePolicy compute;
   SwapEngine swap;
+  // The application's own VMM (cuMemCreate/Map/SetAccess...): charged by `vmm`, swapped by
+  // `swap` where core/app_vmm.h finds it swappable.
+  AppVmm app_vmm{memory, vmm, swap};
 };
 
 }  // namespace fracgpu

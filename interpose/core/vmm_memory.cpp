@@ -19,9 +19,21 @@ CUresult VmmMemory::create(CUmemGenericAllocationHandle* handle, size_t size,
 }
 
 void VmmMemory::settle(uint64_t handle) {
-  state_.erase(handle);
-  if (auto charge = handles_.erase(handle))
+  auto state = state_.find(handle);
+  const bool on_host = state != state_.end() && state->second.on_host;
+  if (state != state_.end()) state_.erase(state);
+  auto charge = handles_.erase(handle);
+  if (!charge) return;
+  if (on_host) {
+    memory_.tenant().ledger().left_host(charge->device, charge->bytes);
+  } else {
     memory_.release(static_cast<int>(charge->device), charge->bytes);
+  }
+}
+
+void VmmMemory::set_on_host(uint64_t handle, bool on_host) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_[handle].on_host = on_host;
 }
 
 CUresult VmmMemory::map(CUdeviceptr ptr, CUmemGenericAllocationHandle handle, DriverCall call) {

@@ -4,7 +4,8 @@
 // driver frees it only when its handle has been released AND every mapping of it is
 // gone, so a program that releases right after mapping (the documented pattern) still
 // holds the memory: the charge ends at whichever of cuMemRelease / the last cuMemUnmap
-// comes last.
+// comes last. A handle whose bytes the swap engine holds on host when that happens
+// (core/app_vmm.h: unmapped while swapped out) leaves the host count instead.
 // Injected: MemoryPolicy (the ledger, the DeviceResolver). Cost: one reservation and a
 // table row per cuMemCreate; map/unmap/release take one mutex.
 #pragma once
@@ -31,6 +32,10 @@ class VmmMemory {
   CUresult unmap(CUdeviceptr ptr, size_t size, DriverCall call);
   CUresult release(CUmemGenericAllocationHandle handle, DriverCall call);
 
+  // The handle's bytes are on host now (or back on the device): where its settlement takes
+  // them from.
+  void set_on_host(uint64_t handle, bool on_host);
+
   // Handles still charged (tests and status).
   std::size_t charged_handles() const { return handles_.size(); }
 
@@ -38,6 +43,7 @@ class VmmMemory {
   struct HandleState {
     int mappings = 0;
     bool released = false;
+    bool on_host = false;
   };
   void settle(uint64_t handle);  // under mutex_: the handle is done, release its charge
 

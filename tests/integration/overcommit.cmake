@@ -46,3 +46,27 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli)
   add_dependencies(fracgpu_overcommit_cli_tests fracgpu-broker fracgpu_cli fakecuda fracgpu)
   gtest_discover_tests(fracgpu_overcommit_cli_tests PROPERTIES LABELS integration DISCOVERY_TIMEOUT 30)
 endif()
+
+if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_expandable_client)
+  # The application's own VMM memory (PyTorch's expandable segments) moved to host for a
+  # guarantee and back, its handles virtual meanwhile; an exported handle reported pinned
+  # (overcommit_app_vmm_test). RUN_SERIAL like the others; about 15 s. `timing`: the
+  # guarantee's "within 1 s plus the copy".
+  fracgpu_broker_integration_test(fracgpu_overcommit_app_vmm_tests overcommit_app_vmm_test.cpp
+    SERIAL TIMEOUT 90
+    TIMING "OvercommitAppVmm.AGuaranteeGetsAllOfAnExpandableSegmentsBorrowersMemory"
+    PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_EXPANDABLE_CLIENT fracgpu_expandable_client)
+endif()
+
+if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_async_client AND TARGET fracgpu_capture_client)
+  # Stream-ordered allocations of a tenant that may swap (the shim's arena,
+  # interpose/core/async_arena.h): a guarantee gets all of an async borrower's memory and its
+  # data survives, stream order on the simulated GPU, a trim and the books, and a tenant that
+  # may not swap still on the driver's pool (overcommit_async_test). RUN_SERIAL like the
+  # others; about 15 s. `timing`: the guarantee's "within 1 s plus the copy".
+  fracgpu_broker_integration_test(fracgpu_overcommit_async_tests overcommit_async_test.cpp
+    SERIAL TIMEOUT 90
+    TIMING "OvercommitAsync.AGuaranteeGetsAllOfAnAsyncBorrowersMemoryAndItsDataSurvives"
+    PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_ASYNC_CLIENT fracgpu_async_client
+             FRACGPU_CAPTURE_CLIENT fracgpu_capture_client)
+endif()

@@ -2,11 +2,13 @@
 // simulated 4 GiB GPU: nine best-effort tenants that may swap each hold 128 MiB of patterned
 // data (64 MiB for small allocations) by one route, then a tenant is guaranteed the whole
 // GPU. Each borrower either moves its memory to host and gets it back intact (cuMemAlloc
-// of at least the VMM granularity: the shim backs those) or keeps it on the GPU, intact, and
-// is reported by the broker with the bytes that cannot move — contexts always, and every
+// of at least the VMM granularity: the shim backs those; the program's own VMM, each handle
+// mapped once with access set: core/app_vmm.h; cuMemAllocAsync on the default pool: the
+// shim's arena, core/async_arena.h) or keeps it on the GPU, intact, and is
+// reported by the broker with the bytes that cannot move — contexts always, and every
 // other route entirely: small cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged,
-// cuMemAllocAsync (the default pool), cuMemAllocFromPoolAsync, the program's own VMM,
-// arrays. Registered host memory is charged nothing and so has nothing to move.
+// cuMemAllocFromPoolAsync of a pool the program created, arrays. Registered host
+// memory is charged nothing and so has nothing to move.
 #include <chrono>
 #include <cstdio>
 #include <regex>
@@ -29,9 +31,9 @@ const std::vector<Route> kRoutes = {
     {"small", 64 * kMiB, 1 * kMiB, false, true},  // cuMemAlloc below the 2 MiB granularity
     {"pitch", 128 * kMiB, 32 * kMiB, false, true},
     {"managed", 128 * kMiB, 32 * kMiB, false, true},
-    {"async", 128 * kMiB, 32 * kMiB, false, true},
+    {"async", 128 * kMiB, 32 * kMiB, true, true},  // the default pool: the shim's arena
     {"pool", 128 * kMiB, 32 * kMiB, false, true},
-    {"vmm", 128 * kMiB, 32 * kMiB, false, true},
+    {"vmm", 128 * kMiB, 32 * kMiB, true, true},  // the program's own: swappable too
     {"array", 128 * kMiB, 32 * kMiB, false, true},
     {"hostreg", 128 * kMiB, 32 * kMiB, false, false},
 };
