@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """fracgpu overcommit checks on a real GPU (issue "Overcommit that keeps its promise"), next to
-a competing matmul tenant. One batch (--budget, 420 s).
+a competing matmul tenant. One batch (--budget, 540 s).
 
-    tests/gpu/overcommit/run_overcommit_checks.py [--bin DIR] [--out DIR] [--budget S] [--only "l a b c"]
+    tests/gpu/overcommit/run_overcommit_checks.py [--bin DIR] [--out DIR] [--budget S] [--only "l a b c t"]
 
 Same --bin/--out conventions as tests/gpu/security/run_security_checks.py (results in
 DIR/overcommit: summary.md, summary.json, logs.tar.gz). Phases:
@@ -13,22 +13,38 @@ DIR/overcommit: summary.md, summary.json, logs.tar.gz). Phases:
     borrower resumes: data intact, training goes on, resume time per GiB
  b the other PyTorch allocator modes (expandable_segments, cudaMallocAsync) as borrowers:
     whether their memory moves or they are reported as unswappable
- c cost to a tenant: cuMemAlloc/cuMemFree pairs of 64 MiB with --swap never and --swap allow,
-    alternated twice
+ c cost to a tenant that never swaps: cuMemAlloc/cuMemFree pairs of 64 MiB with --swap never
+    and --swap allow, alternated twice; empty-kernel launches (launch_loop.py) with no shim,
+    --swap never and --swap allow, alternated A B C three times, ratios to no shim
+ t tenants whose caps sum to twice the GPU, each training in turn (phase_turns.py): a native
+    baseline (the third working set fails with CUDA OOM), three 93 GiB tenants with nothing
+    guaranteed holding --turn-gib each, turns T1 T2 T3 T1 T2 T3 with the idle ones moved to
+    host (--swap-idle-after), final parameters against a reference training
+Phases a, b and t also give the swap engine's own swap-out / swap-in GB/s (the tenants'
+stderr, swap_log.py) against the link of phase l, goal >= 80 %. A phase that no longer fits
+the budget is reported skipped; one that throws is a failed row and the batch goes on; every
+process is killed and every tenant deleted after each phase.
 """
 import argparse
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "security"))
-from run_security_checks import PY, Batch, report, run_phases  # noqa: E402
+sys.path.insert(0, HERE)
+from run_security_checks import PY, Batch, report  # noqa: E402
+import phase_turns  # noqa: E402
+import swap_log  # noqa: E402
 
 HOLDER = os.path.join(HERE, "torch_holder.py")
 PAIRS = os.path.join(HERE, "..", "security", "alloc_pairs.py")
+LAUNCH = os.path.join(HERE, "launch_loop.py")
 GIB = 1 << 30
 
 
@@ -98,6 +114,7 @@ def borrow_and_guarantee(b, phase, alloc_conf, gib=100):
 
 
 def phase_a(b):
+    b.ensure_broker(())
     comp = b.competitor("a-competitor", 200)
     r = borrow_and_guarantee(b, "a", "")
     b.data["guarantee"] = r
@@ -109,25 +126,37 @@ def phase_a(b):
     link = b.data.get("link", {})
     if r.get("resume_s") and r["swapped_gib"] > 0 and link:
         bw = r["swapped_gib"] * GIB / 1e9 / r["resume_s"]
-        b.row("a", "swap-in bandwidth vs host link HtoD", bw >= 0.8 * link["h2d"],
-              f"{bw:.1f} GB/s vs {link['h2d']:.1f}")
+        b.row("a", "swap-in bandwidth vs host link HtoD (status bytes / first touch)",
+              bw >= 0.8 * link["h2d"], f"{bw:.1f} GB/s vs {link['h2d']:.1f}")
     b.finish(comp, 1)
+    swap_log.rows(b, "a", ["a-borrower"], expect_moves=True)
 
 
 def phase_b(b):
+    b.ensure_broker(())
     for conf, ph in (("expandable_segments:True", "b1"), ("backend:cudaMallocAsync", "b2")):
-        if b.left() < 60:
-            break
+        if b.room() < 95:
+            b.row("b", f"allocator {conf}", False,
+                  f"skipped: {b.left():.0f} s left, {b.later_need} s kept for the later phases")
+            continue
         r = borrow_and_guarantee(b, ph, conf, gib=100)
         b.data[ph] = r
         b.row("b", f"allocator {conf}", True,
               f"guarantee {'got' if r['got'] else 'NOT obtained'} in {r['guarantee_s']} s, "
               f"moved {r['swapped_gib']} GiB, intact {r.get('intact')}")
+    swap_log.rows(b, "b", ["b1-borrower", "b2-borrower"], expect_moves=False)
+
+
+def med(xs):
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return statistics.median(xs) if xs else None
 
 
 def phase_c(b):
+    b.ensure_broker(())
     figures = {"never": [], "allow": []}
     for name, swap in (("cn", "never"), ("ca", "allow")):
+        # The cap is the request: an allow tenant that borrows nothing is never asked to swap.
         b.cli("tenant", "create", name, "--owner", "0", "--memory", "8GiB", "--swap", swap,
               check=True)
     for _ in range(2):
@@ -137,34 +166,162 @@ def phase_c(b):
                              [PY, PAIRS, "--bytes", str(64 << 20), "--pairs", "300"])
             b.finish(p, 60)
             figures[swap].append(b.last_json(tag).get("us_per_pair_median", 0))
-    for name in ("cn", "ca"):
-        b.cli("tenant", "delete", name)
     b.data["pairs"] = figures
     b.row("c", "cuMemAlloc+cuMemFree of 64 MiB (us per pair, never vs allow)", True,
-          f"never {figures['never']} / allow {figures['allow']}")
+          f"never {[round(x, 1) for x in figures['never']]} / allow {[round(x, 1) for x in figures['allow']]}")
+    launch_cost(b)
+    for name in ("cn", "ca"):
+        b.cli("tenant", "delete", name)
 
 
-PHASES = {"l": host_link, "a": phase_a, "b": phase_b, "c": phase_c}
+def launch_cost(b):
+    """Empty-kernel launches: no shim (A), --swap never (B), --swap allow that never swaps (C),
+    alternated A B C three times; each run's figure is its median of 3 repetitions."""
+    runs = {"none": [], "never": [], "allow": []}
+    backends = set()
+    cmd = [PY, LAUNCH, "--n", "20000", "--reps", "3", "--backend", b.cfg.launch_backend]
+    for rep in range(3):
+        for mode, tenant in (("none", None), ("never", "cn"), ("allow", "ca")):
+            if b.left() < b.later_need + 15:
+                break
+            tag = f"c-launch-{mode}{rep}"
+            p = (b.spawn(tag, cmd, env=b.env()) if tenant is None
+                 else b.run_tenant(tag, ["--tenant", tenant], cmd))
+            b.finish(p, 60)
+            j = b.last_json(tag)
+            runs[mode].append(j.get("us_per_launch_median"))
+            if j.get("backend"):
+                backends.add(j["backend"])
+    b.data["launch"] = runs
+    base = med(runs["none"])
+    for mode in ("never", "allow"):
+        m = med(runs[mode])
+        ok = base is not None and m is not None and len([x for x in runs[mode] if x]) == 3
+        b.row("c", f"empty-kernel launch, --swap {mode} / no shim (us per launch)", ok,
+              "n/a: " + json.dumps(runs)[:160] if not ok else
+              f"{m / base:.3f} (median {m:.2f} vs {base:.2f}; runs {[round(x, 2) for x in runs[mode] if x]}"
+              f" vs {[round(x, 2) for x in runs['none'] if x]}; {'/'.join(sorted(backends))})")
 
 
-def main():
+def phase_t(b):
+    phase_turns.phase_t(b, b.cfg)
+    swap_log.rows(b, "t", ["t-t"], expect_moves=True)
+
+
+PHASES = {"l": host_link, "a": phase_a, "b": phase_b, "c": phase_c, "t": phase_t}
+# What a phase needs at least (s), measured on the H200 or estimated: it is skipped below that,
+# and the earlier phases keep it for the later ones.
+NEED = {"l": 20, "a": 75, "b": 95, "c": 35, "t": 170}
+
+
+class OvercommitBatch(Batch):
+    """The security checks' Batch plus what these phases share: the broker restarted only
+    when a phase needs other flags, budget kept for the later phases, phase t's hooks."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.cfg = args
+        self.broker_flags = None
+        self.later_need = 0
+        self.py = PY
+        self.stub_flag = []
+
+    def ensure_broker(self, flags):
+        flags = tuple(flags)
+        if self.broker_flags != flags or not self.broker.running():
+            self.start_broker(*flags)
+            self.broker_flags = flags
+
+    def broker_log(self):
+        return os.path.join(self.broker.logdir, f"{self.broker.name}{self.broker.starts}.log")
+
+    def room(self):
+        return self.left() - self.later_need
+
+    def native_env(self):
+        return {}
+
+    def tenant_env(self, name):
+        return {}
+
+    def delete_tenants(self):
+        try:
+            for t in self.status().get("tenants", []):
+                self.cli("tenant", "delete", t.get("name", ""), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - cleanup never ends the batch
+            self.say(f"tenant cleanup: {exc}")
+
+
+def run_all(b, only):
+    phases = only.split()
+    for i, ph in enumerate(phases):
+        b.later_need = sum(NEED.get(p, 0) for p in phases[i + 1:])
+        if ph not in PHASES:
+            b.row(ph, "phase", False, f"unknown phase {ph}")
+            continue
+        if b.left() < NEED[ph]:
+            b.row(ph, "phase", False, f"skipped: {b.left():.0f} s left of the budget, it needs ~{NEED[ph]} s")
+            continue
+        b.say(f"== phase {ph} ({b.left():.0f} s left)")
+        t0 = time.time()
+        try:
+            PHASES[ph](b)
+        except Exception as exc:  # noqa: BLE001 - one phase's failure is reported, not fatal
+            b.row(ph, "phase ran", False, f"{type(exc).__name__}: {exc}"[:300])
+            b.data.setdefault("tracebacks", {})[ph] = traceback.format_exc()
+        finally:
+            b.stop_all()
+            b.delete_tenants()
+            b.data.setdefault("phase_seconds", {})[ph] = round(time.time() - t0, 1)
+
+
+def arguments(argv=None):
     ap = argparse.ArgumentParser()
     repo = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
     ap.add_argument("--bin", default=os.environ.get("B", os.path.join(repo, "devrun", "bin")))
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/fracgpu-overcommit-out"))
-    ap.add_argument("--budget", type=int, default=420)
-    ap.add_argument("--only", default="l a b c")
-    args = ap.parse_args()
+    ap.add_argument("--budget", type=int, default=540)
+    ap.add_argument("--only", default="l a b c t")
+    ap.add_argument("--launch-backend", choices=["ptx", "torch", "auto"], default="auto",
+                    help="phase c's launch loop: ctypes + PTX, PyTorch add_, or ptx then torch")
+    t = ap.add_argument_group("phase t")
+    t.add_argument("--turn-gib", type=int, default=48,
+                   help="working set per tenant (GiB): 3 W > the GPU, 2 W + contexts fit (default 48)")
+    t.add_argument("--turn-cap", type=int, default=93, help="each tenant's cap, GiB (3 x 93 = 2 x 139.8)")
+    t.add_argument("--turn-host-budget", type=int, default=100,
+                   help="--swap-host-budget of the broker, GiB: >= 2 W + 2, < 3 W (default 100)")
+    t.add_argument("--turn-idle-after", type=float, default=2.0, help="--swap-idle-after of the broker (s)")
+    t.add_argument("--turn-steps", type=int, default=300, help="training steps per turn")
+    t.add_argument("--turn-rounds", type=int, default=2, help="turns per tenant (T1 T2 T3, this many times)")
+    t.add_argument("--turn-alloc", default="default,default,default",
+                   help="allocator per tenant: default, expandable, async (comma-separated, 3)")
+    t.add_argument("--turn-wait", type=float, default=60, help="longest wait for room before a turn (s)")
+    t.add_argument("--turn-limit", type=float, default=90, help="longest a turn may take (s)")
+    t.add_argument("--no-turn-native", dest="turn_native", action="store_false",
+                   help="leave out the native baseline (three working sets without fracgpu)")
+    a = ap.parse_args(argv)
+    a.turn_alloc = [m.strip() for m in a.turn_alloc.split(",")]
+    if len(a.turn_alloc) != 3 or any(m not in phase_turns.MODES for m in a.turn_alloc):
+        ap.error("--turn-alloc needs three of default, expandable, async")
+    return a
+
+
+def main():
+    args = arguments()
     final = os.path.join(args.out, "overcommit")
     os.makedirs(final, exist_ok=True)
-    b = Batch(args)
+    b = OvercommitBatch(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below still reports
+    rc = 1
     try:
-        b.start_broker()
-        run_phases(b, PHASES, args.only)
+        b.ensure_broker(())
+        run_all(b, args.only)
     finally:
         b.stop_all()
+        b.delete_tenants()
         b.stop_broker()
-    return 0 if report(b, final) else 1
+        rc = 0 if report(b, final) else 1
+    return rc
 
 
 if __name__ == "__main__":
