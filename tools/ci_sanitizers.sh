@@ -9,7 +9,7 @@
 #   tools/ci_sanitizers.sh [thread|address|all] [extra ctest arguments...]
 #
 # Environment: FRACGPU_TSAN_BUILD (build-tsan), FRACGPU_ASAN_BUILD (build-asan): the build
-# folders; JOBS (2): build parallelism; CTEST_JOBS (3): ctest's; FRACGPU_CTEST_TIMEOUT
+# folders; JOBS (2): build parallelism; CTEST_JOBS (4): ctest's; FRACGPU_CTEST_TIMEOUT
 # (300): per test without a timeout of its own; FRACGPU_SANITIZER_UNITY (ON): unity build;
 # FRACGPU_SANITIZERS_NO_BUILD=1: test the folders as they are (to rerun tests by hand,
 # e.g. with -R NAME).
@@ -36,7 +36,7 @@
 # unit (a helper of the same name in an anonymous namespace as another file of its target)
 # is named in cmake/Sanitizers.cmake, FRACGPU_UNITY_SEPARATE, and compiled alone; a new
 # clash shows as "redefinition of ... {anonymous}::...", and is fixed there.
-# ctest runs 3 tests at a time: most tests wait on processes (brokers, tenants, the
+# ctest runs 4 tests at a time: most tests wait on processes (brokers, tenants, the
 # simulated device's timers), the serial ones (RUN_SERIAL) still run alone. A failed test
 # is run once more before it counts (as the README's run in .ci/run): a loaded machine can
 # make an instrumented process miss a deadline. Sanitizer reports are never forgiven: the
@@ -62,7 +62,7 @@ root=$PWD
 which=${1:-all}
 shift || true
 jobs=${JOBS:-2}
-ctest_jobs=${CTEST_JOBS:-3}
+ctest_jobs=${CTEST_JOBS:-4}
 timeout=${FRACGPU_CTEST_TIMEOUT:-300}
 unity=${FRACGPU_SANITIZER_UNITY:-ON}
 

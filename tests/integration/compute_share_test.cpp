@@ -41,6 +41,7 @@ constexpr auto kWindow = milliseconds(5000);  // measurement window of a share t
 constexpr auto kSettle = milliseconds(500);   // after every tenant ran its first kernel
 constexpr double kShareTolerance = 0.02;      // +- 2 points of the target share
 constexpr double kMinUtilisation = 0.95;      // of the device's time, under contention
+constexpr double kMaxLossToNative = 0.03;     // below it: at most this under a lone native client
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -211,7 +212,9 @@ class ComputeShare : public BrokerFixture {
   // Only when a utilisation check failed: what one spin client reaches right now without
   // fracgpu, alone on a private simulated device. Below 95 % it is the machine (CPU
   // starvation delays the simulated device's executor), not the scheduler.
-  std::string native_reference() {
+  // What a lone spin client without fracgpu keeps a private simulated device busy now: the
+  // machine's own ceiling (a loaded 2-core machine takes points off it, fracgpu or not).
+  double native_utilisation() {
     Environment env = native_env();
     const std::string shm = "/" + unique_name("reference");
     env["FAKECUDA_SHM_NAME"] = shm;
@@ -225,9 +228,25 @@ class ComputeShare : public BrokerFixture {
     client.wait(std::chrono::seconds(5));
     shm_unlink(shm.c_str());
     const double busy = static_cast<double>(b.device_busy_us - a.device_busy_us) / 1e6;
-    return "(for reference, a lone spin client without fracgpu reaches " +
-           pct(busy / seconds_between(a.at, b.at)) +
+    return busy / seconds_between(a.at, b.at);
+  }
+  static std::string native_reference(double native) {
+    return "(for reference, a lone spin client without fracgpu reaches " + pct(native) +
            " of a private simulated device on this machine now)";
+  }
+
+  // The device kept busy: at least kMinUtilisation, or, where the machine itself is the
+  // cause (a loaded 2-core machine takes points off a lone client too), within
+  // kMaxLossToNative of a lone client without fracgpu measured now.
+  void expect_busy(const WindowResult& w, const std::string& failure) {
+    if (w.utilisation >= kMinUtilisation) return;
+    const double native = native_utilisation();
+    if (w.utilisation < native - kMaxLossToNative) {
+      ADD_FAILURE() << failure << ": " << w.summary << "\n" << native_reference(native);
+      return;
+    }
+    log("busy", "below " + pct(kMinUtilisation) + ", within " + pct(kMaxLossToNative) +
+                    " of native " + native_reference(native));
   }
 
   static std::string load_average() {
@@ -291,9 +310,7 @@ class ComputeShare : public BrokerFixture {
             << "the broker's own measured share: " << b.str();
       }
     }
-    if (w.utilisation < kMinUtilisation) {
-      ADD_FAILURE() << "the contended device idled: " << w.summary << "\n" << native_reference();
-    }
+    expect_busy(w, "the contended device idled");
     EXPECT_LE(w.utilisation, 1.01) << "more busy time than wall time: " << w.summary;
     EXPECT_EQ(w.overlap_violations, 0u);
   }
@@ -326,8 +343,7 @@ TEST_F(ComputeShare, ALoneTenantWithShare30GetsTheWholeDevice) {
   WindowResult w = measure(kWindow);
   stop_all();
   log("lone_share30", w.summary);
-  if (w.utilisation < kMinUtilisation)
-    ADD_FAILURE() << "a lone tenant idled: " << w.summary << "\n" << native_reference();
+  expect_busy(w, "a lone tenant idled");
   EXPECT_LE(w.utilisation, 1.01) << w.summary;
 }
 
@@ -339,7 +355,13 @@ TEST_F(ComputeShare, ACeilingOf30HoldsOnAnIdleDevice) {
   WindowResult w = measure(kWindow);
   stop_all();
   log("ceiling30", w.summary);
-  EXPECT_NEAR(w.utilisation, 0.30, 0.02) << w.summary;
+  EXPECT_LE(w.utilisation, 0.32) << "the ceiling did not hold: " << w.summary;
+  // Under it by at most 2 points of what this machine reaches now without fracgpu (a loaded
+  // machine takes the same fraction off a capped tenant as off a lone one).
+  if (w.utilisation < 0.28) {
+    const double native = std::min(1.0, native_utilisation());
+    EXPECT_GE(w.utilisation, 0.30 * native - 0.02) << w.summary << "\n" << native_reference(native);
+  }
 }
 
 // Item 5: a `high` tenant serving requests (one 100 us kernel, then a sync, then 1 ms of

@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "client_check.h"
 #include "fracgpu/gpu_uuid.h"
 #include "pattern_route.h"
 
@@ -66,19 +67,6 @@ struct Args {
 };
 
 int g_device = 0;  // --device
-
-[[noreturn]] void die(const char* what, CUresult rc) {
-  const char* name = "?";
-  cuGetErrorName(rc, &name);
-  std::printf("{\"error\":\"%s: %s\"}\n", what, name);
-  std::exit(1);
-}
-
-#define CHECK(call)                           \
-  do {                                        \
-    CUresult rc_ = (call);                    \
-    if (rc_ != CUDA_SUCCESS) die(#call, rc_); \
-  } while (0)
 
 Args parse(int argc, char** argv) {
   Args a;

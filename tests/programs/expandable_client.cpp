@@ -28,20 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "client_check.h"
+
 namespace {
-
-[[noreturn]] void die(const char* what, CUresult rc) {
-  const char* name = "?";
-  cuGetErrorName(rc, &name);
-  std::printf("{\"error\":\"%s: %s\"}\n", what, name);
-  std::exit(1);
-}
-
-#define CHECK(call)                           \
-  do {                                        \
-    CUresult rc_ = (call);                    \
-    if (rc_ != CUDA_SUCCESS) die(#call, rc_); \
-  } while (0)
 
 struct Args {
   uint64_t handles = 8;
