@@ -149,8 +149,15 @@ std::string TenantSession::rejoin_request() const {
       R"({"op":"register","protocol":2,"slot":)" + std::to_string(slot()) + R"(,"holdings":[)";
   const uint32_t devices = std::min<uint32_t>(quota_->device_count, kMaxDevices);
   for (uint32_t d = 0; d < devices; ++d) {
-    line += (d == 0 ? "" : ",") + std::string(R"({"device":)") + std::to_string(d) + R"(,"used":)" +
-            std::to_string(held[d].used) + R"(,"swapped":)" + std::to_string(held[d].swapped) + "}";
+    // Appended piece by piece: GCC 12 at -O3 misreads `"..." + std::string&&` (-Wrestrict).
+    if (d != 0) line += ',';
+    line += R"({"device":)";
+    line += std::to_string(d);
+    line += R"(,"used":)";
+    line += std::to_string(held[d].used);
+    line += R"(,"swapped":)";
+    line += std::to_string(held[d].swapped);
+    line += '}';
   }
   return line + "]}";
 }

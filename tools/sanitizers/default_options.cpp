@@ -18,6 +18,10 @@
 // spdlog) record no memory accesses, because the atomics that order those accesses are
 // invisible there and every report would be a false one. Our instrumented code is checked
 // in full, and the shim's core is checked instrumented by the unit tests.
+// die_after_fork=0: applications fork while threads run (PyTorch's DataLoader, a forked
+// IPC consumer), and the shim's child then starts threads of its own (its exporter's
+// server, swap and watch threads); ThreadSanitizer would end such a child at its first
+// thread. Its runtime then continues in the child without that check, as the process does.
 
 //
 // UndefinedBehaviorSanitizer, log_path: GCC 12's libubsan (a runtime of its own beside
@@ -42,7 +46,7 @@ extern "C" __attribute__((visibility("default"), used)) const char* __asan_defau
 
 #if defined(FRACGPU_SANITIZER_THREAD)
 extern "C" __attribute__((visibility("default"), used)) const char* __tsan_default_options() {
-  return "ignore_noninstrumented_modules=1";
+  return "ignore_noninstrumented_modules=1:die_after_fork=0";
 }
 #endif
 
