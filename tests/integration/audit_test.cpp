@@ -39,14 +39,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
-json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return json();
-  auto start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
-                     false);
-}
-
 // The first line of `out` that is a JSON object with `key`.
 json line_with(const std::string& out, const std::string& key) {
   std::size_t at = 0;

@@ -36,12 +36,9 @@ struct Mount {
   bool read_only = false;
 };
 
-nlohmann::json last_json_line(const std::string& out) {
-  const auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return nlohmann::json();
-  const auto start = out.rfind('\n', end);
-  auto doc =
-      nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr, false);
+// The program's last JSON line, null (not discarded) when it is not JSON.
+nlohmann::json last_json_or_null(const std::string& out) {
+  auto doc = last_json_line(out);
   return doc.is_discarded() ? nlohmann::json() : doc;
 }
 
@@ -197,7 +194,7 @@ TEST_F(EnvEscape, DisableIsIgnoredUnderANodeServedSocket) {
   for (bool as_user : {true, false}) {
     ProcessResult r = run_in(node_view(), fill(), env, as_user);
     ASSERT_EQ(r.exit_code, 0) << (as_user ? "user: " : "root: ") << r.out << r.err;
-    auto result = last_json_line(r.out);
+    auto result = last_json_or_null(r.out);
     EXPECT_EQ(result["refused_with"], "CUDA_ERROR_OUT_OF_MEMORY") << r.out;
     EXPECT_EQ(result["allocated"], kGiB - kFootprint) << r.out;
     EXPECT_NE(r.err.find("FRACGPU_DISABLE is ignored"), std::string::npos) << r.err;
@@ -207,7 +204,7 @@ TEST_F(EnvEscape, DisableIsIgnoredUnderANodeServedSocket) {
   env["FRACGPU_SOCKET"] = "/run/fgtest-node/tenants/capped/broker.sock";
   ProcessResult r = run_in(no_node_view(), fill(), env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_GE(last_json_line(r.out)["allocated"].get<uint64_t>(), 8 * kGiB) << r.out;
+  EXPECT_GE(last_json_or_null(r.out)["allocated"].get<uint64_t>(), 8 * kGiB) << r.out;
 }
 
 // FRACGPU_SOCKET at a fake broker of the user's own gave 12 GiB: beside a node broker the
@@ -236,7 +233,7 @@ TEST_F(EnvEscape, SocketServedByAnotherUidFailsClosed) {
   // Without a node broker the user's own broker is the user's business: its 12 GiB.
   r = run_in(no_node_view(), fill(), env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(last_json_line(r.out)["allocated"], 12 * kGiB - kFootprint) << r.out;
+  EXPECT_EQ(last_json_or_null(r.out)["allocated"], 12 * kGiB - kFootprint) << r.out;
 }
 
 // The node's own socket reached through a path another uid controls could be swapped for a
@@ -259,7 +256,7 @@ TEST_F(EnvEscape, NodeSocketThroughAnotherUsersDirectoryFailsClosed) {
   env["FRACGPU_SOCKET"] = soft;
   r = run_in(node_view(), fill(), env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(last_json_line(r.out)["allocated"], kGiB - kFootprint) << r.out;
+  EXPECT_EQ(last_json_or_null(r.out)["allocated"], kGiB - kFootprint) << r.out;
 }
 
 // FRACGPU_SOCKET at another tenant's socket: the broker admits only its owners.
@@ -290,7 +287,7 @@ TEST_F(EnvEscape, PodIgnoresDisableAndSocket) {
   env["FRACGPU_SOCKET"] = fake;
   ProcessResult r = run_in(pod_view("pod-a"), fill(), env, /*as_user=*/false);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(last_json_line(r.out)["allocated"], kGiB - kFootprint) << r.out;
+  EXPECT_EQ(last_json_or_null(r.out)["allocated"], kGiB - kFootprint) << r.out;
   EXPECT_NE(r.err.find("FRACGPU_DISABLE is ignored: the node placed this process in a tenant"),
             std::string::npos)
       << r.err;
@@ -350,7 +347,7 @@ TEST_F(EnvEscape, RunWithTenantItOwnsRunsCapped) {
   for (const auto& a : fill()) argv.push_back(a);
   ProcessResult r = run_in(node_view(), argv, env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(last_json_line(r.out)["allocated"], kGiB - kFootprint) << r.out;
+  EXPECT_EQ(last_json_or_null(r.out)["allocated"], kGiB - kFootprint) << r.out;
 
   // While its command runs, the CLI holds a slot of the tenant (the audit's anchor).
   const std::string marker = user_dir_ + "/started";

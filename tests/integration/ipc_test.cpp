@@ -13,14 +13,6 @@
 namespace fracgpu::testing {
 namespace {
 
-nlohmann::json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return {};
-  auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
-                               nullptr, false);
-}
-
 constexpr uint64_t kShared = 64 * kMiB;  // 32 granules: backed by the shim under --swap allow
 constexpr uint64_t kContext = 64 * kMiB;
 

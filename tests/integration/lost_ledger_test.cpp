@@ -29,14 +29,6 @@ using std::chrono::milliseconds;
 constexpr uint64_t kFootprint = 64 * kMiB;  // FAKECUDA_CONTEXT_FOOTPRINT, charged per context
 constexpr uint64_t kLimit = 2 * kGiB;
 
-json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return json();
-  auto start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
-                     false);
-}
-
 class LostLedger : public BrokerFixture {
  protected:
   void SetUp() override {

@@ -12,13 +12,6 @@
 namespace fracgpu::testing {
 namespace {
 
-nlohmann::json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr,
-                               false);
-}
-
 nlohmann::json device_status(const Environment& env) {
   ProcessResult r = run_process({FRACGPU_FAKECUDA_CTL, "status"}, env);
   auto doc = nlohmann::json::parse(r.out, nullptr, false);

@@ -31,14 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-nlohmann::json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return nlohmann::json();
-  auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
-                               nullptr, false);
-}
-
 std::string pct(double fraction) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(1) << fraction * 100 << "%";

@@ -77,18 +77,10 @@ TEST_F(OvercommitAppVmm, AGuaranteeGetsAllOfAnExpandableSegmentsBorrowersMemory)
   ASSERT_EQ(lb->devices[0].used.load(), kContext + kHandles * kHandle);
 
   create_tenant("guaranteed", "2GiB", "2GiB");
-  const auto t0 = std::chrono::steady_clock::now();
-  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(1984 * kMiB)},
-                           tenant_env("guaranteed"), file("guaranteed"));
-  const std::string why =
-      holder.wait_until_ready([&] { return holder.out().find("\"holding\"") != std::string::npos; },
-                              std::chrono::seconds(15));
-  const double took_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(why, "") << holder.out() << holder.err() << broker_log() << borrower->err();
+  double took_s = 0;
+  auto holder = hold_guarantee("guaranteed", 1984 * kMiB, *borrower, &took_s);
+  ASSERT_NE(holder, nullptr);
   EXPECT_LT(took_s, 8.0);  // as overcommit_test.cpp: 1 s plus the copy, on a loaded host
-  RecordProperty("guarantee_seconds", std::to_string(took_s));
-  std::printf("guaranteed tenant held its 2 GiB after %.2f s\n", took_s);
   const uint64_t swapped = lb->devices[0].swapped.load();
   EXPECT_GE(swapped, 1016 * kMiB) << "the borrower's handles moved to host";
   EXPECT_EQ(swapped % kHandle, 0u) << "whole handles move";
@@ -99,7 +91,7 @@ TEST_F(OvercommitAppVmm, AGuaranteeGetsAllOfAnExpandableSegmentsBorrowersMemory)
       << "every byte is resident or on host, once";
 
   // The guarantee goes; the borrower touches the GPU again and finds everything.
-  holder.kill_and_reap();
+  holder->kill_and_reap();
   ProcessResult del = cli({"tenant", "delete", "guaranteed"});
   ASSERT_EQ(del.exit_code, 0) << del.out << del.err;
   touch("go");

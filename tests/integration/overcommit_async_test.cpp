@@ -33,27 +33,19 @@ TEST_F(OvercommitAsync, AGuaranteeGetsAllOfAnAsyncBorrowersMemoryAndItsDataSurvi
   EXPECT_EQ(lb->devices[0].used.load(), 3 * kGiB + kContext) << "the arena's chunks, charged once";
 
   tenant("guaranteed", "2GiB", "2GiB");
-  const auto t0 = std::chrono::steady_clock::now();
-  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(1984 * kMiB)},
-                           tenant_env("guaranteed"), file("guaranteed"));
-  const std::string why =
-      holder.wait_until_ready([&] { return holder.out().find("\"holding\"") != std::string::npos; },
-                              std::chrono::seconds(15));
-  const double took_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(why, "") << holder.out() << holder.err() << broker_log() << borrower->err();
+  double took_s = 0;
+  auto holder = hold_guarantee("guaranteed", 1984 * kMiB, *borrower, &took_s);
+  ASSERT_NE(holder, nullptr);
   // The same bound as Overcommit.AGuaranteeAdmittedAfterABorrowerGetsAllOfIt...: 1 s plus
   // the copy of about 1.1 GiB on a loaded machine.
   EXPECT_LT(took_s, 8.0);
-  RecordProperty("guarantee_seconds", std::to_string(took_s));
-  std::printf("guaranteed tenant held its 2 GiB after %.2f s\n", took_s);
   EXPECT_GE(lb->devices[0].swapped.load(), 1 * kGiB) << "the async memory moved to host";
   wait_until([&] { return lb->devices[0].used.load() + 2 * kGiB <= 4 * kGiB; },
              std::chrono::seconds(2));
   EXPECT_LE(lb->devices[0].used.load() + 2 * kGiB, 4 * kGiB) << broker_log() << borrower->err();
 
   // The guarantee goes; the borrower reads everything back at the same addresses.
-  holder.kill_and_reap();
+  holder->kill_and_reap();
   ProcessResult del = cli({"tenant", "delete", "guaranteed"});
   ASSERT_EQ(del.exit_code, 0) << del.out << del.err;
   touch("go");

@@ -5,6 +5,8 @@
 // and what the simulated device itself holds per process (fakecuda-ctl status).
 #pragma once
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -16,14 +18,6 @@
 namespace fracgpu::testing {
 
 inline constexpr uint64_t kContext = 64 * kMiB;  // FAKECUDA_CONTEXT_FOOTPRINT of the fixture
-
-inline nlohmann::json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return {};
-  auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
-                               nullptr, false);
-}
 
 class OvercommitFixture : public BrokerFixture {
  protected:
@@ -143,6 +137,30 @@ class OvercommitFixture : public BrokerFixture {
       EXPECT_EQ(devices[name].value("memory_used", uint64_t{1}), bytes) << name;
       EXPECT_EQ(devices[name].value("memory_swapped", uint64_t{1}), 0u) << name;
     }
+  }
+
+  // A holder of `bytes` in the guaranteed tenant `name` (made already): starts it and waits
+  // (15 s at most) until it holds them all; *seconds is how long that took, also recorded
+  // as the test's guarantee_seconds. Null (and a failure naming why) when it never did.
+  std::unique_ptr<BackgroundProcess> hold_guarantee(const std::string& name, uint64_t bytes,
+                                                    const BackgroundProcess& borrower,
+                                                    double* seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto holder = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(bytes)},
+        tenant_env(name), file(name));
+    const std::string why = holder->wait_until_ready(
+        [&] { return holder->out().find("\"holding\"") != std::string::npos; },
+        std::chrono::seconds(15));
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!why.empty()) {
+      ADD_FAILURE() << why << holder->out() << holder->err() << broker_log() << borrower.err();
+      return nullptr;
+    }
+    RecordProperty("guarantee_seconds", std::to_string(*seconds));
+    std::printf("guaranteed tenant held its %llu MiB after %.2f s\n",
+                static_cast<unsigned long long>(bytes / kMiB), *seconds);
+    return holder;
   }
 
   std::string broker_log() const {

@@ -6,20 +6,12 @@
 // its memory is on host leaves the books exact.
 #include <fstream>
 
-#include "broker_fixture.h"
+#include "overcommit_fixture.h"
 
 namespace fracgpu::testing {
 namespace {
 
-nlohmann::json last_json_line(const std::string& out) {
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return {};
-  auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
-                               nullptr, false);
-}
-
-class Overcommit : public BrokerFixture {
+class Overcommit : public OvercommitFixture {
  protected:
   // A best-effort (low, nothing guaranteed) tenant that may swap, holding `bytes` of data.
   std::unique_ptr<BackgroundProcess> start_borrower(uint64_t bytes) {
@@ -46,20 +38,12 @@ TEST_F(Overcommit, AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDat
   EXPECT_EQ(lb->devices[0].used.load(), 3 * kGiB + 64 * kMiB);
 
   create_tenant("guaranteed", "2GiB", "2GiB");
-  const auto t0 = std::chrono::steady_clock::now();
-  BackgroundProcess holder({FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(1984 * kMiB)},
-                           tenant_env("guaranteed"), dir_.path() + "/guaranteed");
-  const std::string why =
-      holder.wait_until_ready([&] { return holder.out().find("\"holding\"") != std::string::npos; },
-                              std::chrono::seconds(15));
-  const double took_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(why, "") << holder.out() << holder.err() << read_text(dir_.path() + "/broker-1.log");
+  double took_s = 0;
+  auto holder = hold_guarantee("guaranteed", 1984 * kMiB, *borrower, &took_s);
+  ASSERT_NE(holder, nullptr);
   // The whole guarantee (1984 MiB + the 64 MiB context), within 1 s plus the time to copy
   // about 1.1 GiB on this machine (generous for a loaded CI host).
   EXPECT_LT(took_s, 8.0);
-  RecordProperty("guarantee_seconds", std::to_string(took_s));
-  std::printf("guaranteed tenant held its 2 GiB after %.2f s\n", took_s);
   EXPECT_GE(lb->devices[0].swapped.load(), 1 * kGiB) << "the borrower's memory moved to host";
   // The swap thread releases an allocation's pages before its books say so (they over-state
   // for that moment, never under-state): the guarantee may hold them a moment earlier.
@@ -69,7 +53,7 @@ TEST_F(Overcommit, AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDat
       << read_text(dir_.path() + "/broker-1.log") << borrower->err();
 
   // The guarantee goes; the borrower reads everything back from where it left it.
-  holder.kill_and_reap();
+  holder->kill_and_reap();
   ProcessResult del = cli({"tenant", "delete", "guaranteed"});
   ASSERT_EQ(del.exit_code, 0) << del.out << del.err;
   go();

@@ -67,4 +67,14 @@ class ShimFixture : public ::testing::Test {
   TempDir stats_dir_{"stats"};
 };
 
+// The last line of a test program's output, parsed (its programs end with one JSON line);
+// null when there is none, discarded when it is not JSON.
+inline nlohmann::json last_json_line(const std::string& out) {
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return {};
+  auto start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
+                               nullptr, false);
+}
+
 }  // namespace fracgpu::testing

@@ -26,7 +26,7 @@
 #include "core/memory_ledger.h"
 #include "core/process_holdings.h"
 #include "core/tenant_session.h"
-#include "fracgpu/descriptor_passing.h"
+#include "fake_broker.h"
 #include "fracgpu/futex_word.h"
 #include "fracgpu/tenant_segment.h"
 
@@ -34,23 +34,9 @@ namespace fracgpu {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::FakeBroker;
+using testing::make_segment;
 constexpr uint64_t kMiB = 1ull << 20;
-
-// A segment file of T's size with a valid header, mapped read-write until unmapped.
-template <class T>
-T* make_segment(const std::string& path, uint64_t magic) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  EXPECT_GE(fd, 0);
-  EXPECT_EQ(::ftruncate(fd, sizeof(T)), 0);
-  auto* p = static_cast<T*>(::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ::close(fd);
-  EXPECT_NE(p, MAP_FAILED);
-  p->major = kSegmentMajor;
-  p->minor = kSegmentMinor;
-  p->size = sizeof(T);
-  p->magic = magic;
-  return p;
-}
 
 void zero_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -232,71 +218,6 @@ TEST_F(MembershipLook, ATruncatedFileIsReportedWithoutASigbus) {
 }
 
 // --- TenantSession re-registering over a fake broker ---
-
-// One connection at a time; every request line is recorded and answered by `answer`,
-// with a descriptor of the named file when the answer names one.
-class FakeBroker {
- public:
-  struct Reply {
-    std::string line;
-    std::string fd_of;
-  };
-  FakeBroker(const std::string& path, std::function<Reply(const std::string&)> answer)
-      : path_(path), answer_(std::move(answer)) {
-    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listen_fd_, 8), 0);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~FakeBroker() {
-    stop_ = true;
-    thread_.join();
-    ::close(listen_fd_);
-    ::unlink(path_.c_str());
-  }
-  void hang_up() { hang_up_ = true; }
-
- private:
-  void serve() {
-    while (!stop_) {
-      pollfd p{listen_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) continue;
-      std::string in;
-      while (!stop_ && !hang_up_) {
-        pollfd c{client, POLLIN, 0};
-        if (::poll(&c, 1, 20) <= 0) continue;
-        char buf[4096];
-        const ssize_t n = ::read(client, buf, sizeof buf);
-        if (n <= 0) break;
-        in.append(buf, static_cast<std::size_t>(n));
-        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
-          const Reply r = answer_(in.substr(0, nl));
-          in.erase(0, nl + 1);
-          const std::string text = r.line + "\n";
-          const int fd = r.fd_of.empty() ? -1 : ::open(r.fd_of.c_str(), O_RDWR | O_CLOEXEC);
-          if (fd >= 0) {
-            descriptor_passing::send_with(client, text.data(), text.size(), fd, MSG_NOSIGNAL);
-            ::close(fd);
-          } else {
-            ::send(client, text.data(), text.size(), MSG_NOSIGNAL);
-          }
-        }
-      }
-      hang_up_ = false;
-      ::close(client);
-    }
-  }
-  std::string path_;
-  std::function<Reply(const std::string&)> answer_;
-  int listen_fd_ = -1;
-  std::atomic<bool> stop_{false}, hang_up_{false};
-  std::thread thread_;
-};
 
 class SessionRejoin : public ::testing::Test {
  protected:
