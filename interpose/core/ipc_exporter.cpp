@@ -124,9 +124,11 @@ bool IpcExporter::start_server() noexcept {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, kServerStack);
+    server_running_.store(false, std::memory_order_relaxed);
     ok = pthread_create(&thread_, &attr, &IpcExporter::serve_main, this) == 0;
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    if (ok) server_running_.wait(false, std::memory_order_acquire);  // once per process
   }
   if (!ok) {
     FRACGPU_LOG(LogLevel::kWarn, "cannot start the IPC server %s (%s); IPC handles unavailable",
@@ -146,6 +148,8 @@ void* IpcExporter::serve_main(void* exporter) noexcept {
 }
 
 void IpcExporter::serve() noexcept {
+  server_running_.store(true, std::memory_order_release);
+  server_running_.notify_one();
   for (;;) {
     pollfd fds[2] = {{listener_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {

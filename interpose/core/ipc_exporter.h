@@ -95,6 +95,11 @@ class IpcExporter final : public SharedFreeListener {
   int stop_pipe_[2] = {-1, -1};  // written by the destructor to end the server
   pthread_t thread_{};
   bool serving_ = false;
+  // Set by the server thread once it runs: start_server waits for it, so the first handle
+  // is never handed out while the thread is still starting (a fork() at that moment, as
+  // multiprocessing's consumers do right after cuIpcGetMemHandle, would copy the half-made
+  // thread's runtime state - an allocator without fork handlers deadlocks the child).
+  std::atomic<bool> server_running_{false};
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> refused_{0};
 };
