@@ -236,9 +236,10 @@ void Broker::maintenance_tick() {
   if (ticks_ % 10 == 0) compute_->poke();
   // Guarantees before the idle-grant reclaim: a borrower's memory a guarantee needs is
   // asked back within one tick of the admin change that created the debt
-  // (guarantee_enforcer.h); with nothing open the pass also runs once a second as a
-  // safety net, which keeps an idle broker with 1,000 tenants from reading 2,000 segment
-  // pages ten times a second.
+  // (guarantee_enforcer.h), and every tick while a tenant that may swap borrows (its swap
+  // reserve follows what it borrows, swap_reserve.h); with nothing open the pass also runs
+  // once a second as a safety net, which keeps an idle broker with 1,000 tenants from
+  // reading 2,000 segment pages ten times a second.
   const auto& members = registry_->arbiter_members();
   if (enforce_due_ || enforcer_->busy() || ticks_ % 10 == 0) {
     enforce_due_ = false;

@@ -71,9 +71,11 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
       auto at = std::lower_bound(gpus.begin(), gpus.end(), g);
       if (at == gpus.end() || *at != g) gpus.insert(at, g);
     }
-  // One host budget for every GPU and both kinds of demand of this tick.
+  // One host budget for every GPU and both kinds of demand of this tick. The reserves are
+  // not in it: they get what the moves leave (book_move, swap_reserve.h).
   uint64_t budget_left = config_.host_budget > on_host ? config_.host_budget - on_host : 0;
   bool changed = false;
+  moved_.clear();
   for (uint32_t gpu : gpus) changed |= enforce_gpu(all, arbiter, gpu, now_ns, &budget_left);
   // Demands of tenants (or GPUs) that are gone.
   for (auto it = demands_.begin(); it != demands_.end();) {
@@ -88,6 +90,15 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
     });
     it = present ? std::next(it) : pinned_.erase(it);
   }
+  // The reserves from what this tick's moves left (a demand withdrawn in this pass still
+  // counts as moving until the next tick: reserves grow a tick late, never too early).
+  SwapReservePlanner::Moving moving;
+  if (!demands_.empty())
+    moving = [this](const ArbiterMember& m, const DeviceQuota& q, uint64_t used) -> uint64_t {
+      auto d = demands_.find(key(m.name, q.host_index));
+      return d != demands_.end() && used > d->second.target ? used - d->second.target : 0;
+    };
+  reserves_.plan(all, budget_left, moving);
   return changed;
 }
 
@@ -165,14 +176,14 @@ void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
         now_ns);
     return;
   }
-  if (take > *budget_left) {
+  const uint64_t left = *budget_left;
+  if (!book_move(h, take, budget_left)) {
     unswappable(h, take,
-                "the node's host-memory budget for swapped memory is spent (" +
-                    sized(*budget_left) + " of it left)",
+                "the node's host-memory budget for swapped memory is spent (" + sized(left) +
+                    " of it left)",
                 now_ns);
     return;
   }
-  *budget_left -= take;
   last_report_ns_.erase(h.member->name);  // a later refusal is news again: reported at once
   SwapDemand d;
   d.tenant = h.member->name;
@@ -188,13 +199,33 @@ void GuaranteeEnforcer::demand(const Holding& h, uint64_t take, int64_t now_ns,
   demands_[k] = d;
 }
 
-// The newest last_active_ns of the tenant's live processes (0: none has swappable memory).
-static uint64_t last_active(const TenantLedger& ledger) {
-  uint64_t newest = 0;
-  for (const ProcessSlot& s : ledger.processes)
-    if (s.state.load() == static_cast<uint32_t>(SlotState::kLive))
-      newest = std::max<uint64_t>(newest, s.last_active_ns.load());
-  return newest;
+// The budget left is the host budget less what is on host and what open demands will still
+// move there. The swap reserves are not taken out of it: reserves get only what moves leave
+// (swap_reserve.h), so a move displaces another tenant's reserve rather than being refused
+// for it — a guarantee outranks another tenant's readiness to move faster, and a reserve
+// for memory on one GPU must not stop a guarantee on another; the plan after this pass
+// shrinks that reserve, and its processes unpin it at their next look (200 ms).
+// The tenant's own reserve is pinned memory its move fills without pinning more: where it is
+// larger than what is left (the budget went to others' moves since it was given), the move
+// may take up to it, less what its earlier moves of this tick took. The budget left never
+// counts those bytes twice: they come out of it like any move's, down to 0.
+bool GuaranteeEnforcer::book_move(const Holding& h, uint64_t bytes, uint64_t* budget_left) {
+  const TenantLedger* ledger = h.member->ledger;
+  auto mine =
+      std::find_if(moved_.begin(), moved_.end(), [&](const auto& e) { return e.first == ledger; });
+  const uint64_t taken = mine != moved_.end() ? mine->second : 0;
+  if (bytes > *budget_left) {
+    // Read only here: a demand that fits the budget needs no scan of the reserve words.
+    const uint64_t held = ledger::live_host_reserved(*ledger);
+    if (bytes > (held > taken ? held - taken : 0)) return false;
+  }
+  *budget_left -= std::min(bytes, *budget_left);
+  if (mine != moved_.end()) {
+    mine->second += bytes;
+  } else {
+    moved_.emplace_back(ledger, bytes);
+  }
+  return true;
 }
 
 bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns,
@@ -202,7 +233,7 @@ bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t no
   bool changed = false;
   for (const Holding& h : on_gpu) {
     const std::string k = key(h.member->name, h.quota->host_index);
-    const uint64_t active = last_active(*h.member->ledger);
+    const uint64_t active = ledger::last_active(*h.member->ledger);
     IdleState& st = idle_[k];
     auto open = demands_.find(k);
     if (active != st.last_active) {  // it ran since: a new idle period starts
@@ -219,8 +250,7 @@ bool GuaranteeEnforcer::idle_pass(const std::vector<Holding>& on_gpu, int64_t no
         h.quota->swap_policy.load() != kSwapAllow ||
         now_ns - static_cast<int64_t>(active) < config_.idle_after_ns)
       continue;
-    if (used > *budget_left) continue;  // stays resident: the host budget is spent
-    *budget_left -= used;
+    if (!book_move(h, used, budget_left)) continue;  // stays resident: the budget is spent
     SwapDemand d;
     d.tenant = h.member->name;
     d.gpu = h.quota->host_index;
@@ -306,7 +336,7 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
   std::vector<Ranked> ranked;
   for (const Holding& h : victims)
     ranked.push_back(
-        {h, h.quota->priority.load(), last_active(*h.member->ledger), borrowed(*h.quota)});
+        {h, h.quota->priority.load(), ledger::last_active(*h.member->ledger), borrowed(*h.quota)});
   std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
     if (a.priority != b.priority) return a.priority < b.priority;
     if (a.active != b.active) return a.active < b.active;

@@ -22,10 +22,14 @@
 //     and, with reclaim = kill, stops its processes the way the kubelet evicts a pod over
 //     its request.
 // The host budget counts what is on host and what open demands will still move there.
+// After the pass the swap reserves (swap_reserve.h) are planned from what the moves left: a
+// move displaces another tenant's reserve rather than being refused for it, and may fill its
+// own tenant's reserve where that is larger than what is left (book_move).
 // A grant below what is used (a process that brought its memory back while no broker
 // answered: it fails open) is raised over it first, so the sums see every borrowed byte.
 // Pure decisions over the segments; the clock and the kill are injected. Cost: one pass
-// over the tenants' device quotas per tick (no allocation unless something is borrowed).
+// over the tenants' device quotas per tick, and the reserve plan's (no allocation unless
+// something is borrowed).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "core/memory_arbiter.h"
+#include "core/swap_reserve.h"
 
 namespace fracgpu::broker {
 
@@ -63,15 +68,17 @@ class GuaranteeEnforcer {
   using KillTenant = std::function<int(const std::string& tenant)>;
 
   GuaranteeEnforcer(EnforcerConfig config, KillTenant kill)
-      : config_(config), kill_(std::move(kill)) {}
+      : config_(config), kill_(std::move(kill)), reserves_(config.host_budget) {}
 
   // One step; true when it changed a grant or a demand (the caller re-notes grants).
   bool tick(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, int64_t now_ns);
 
-  // Whether the next tick has work whatever else happens: an open demand to follow, or
-  // idle tenants to watch. Otherwise only a smaller pool (a tenant admitted or its request
-  // raised) can create a debt, and the broker runs the tick after such a change.
-  bool busy() const { return !demands_.empty() || config_.idle_after_ns > 0; }
+  // Whether the next tick has work whatever else happens: an open demand to follow, idle
+  // tenants to watch, or swap reserves to keep with borrowing (a tenant that may swap
+  // borrows). Otherwise only a smaller pool (a tenant admitted or its request raised) can
+  // create a debt, and the broker runs the tick after such a change (and once a second,
+  // which also sees a tenant start borrowing).
+  bool busy() const { return !demands_.empty() || config_.idle_after_ns > 0 || reserves_.active(); }
   const std::map<std::string, SwapDemand>& demands() const { return demands_; }
   uint64_t unswappable_reports() const { return unswappable_reports_; }
   // By tenant/gpu: the bytes the tenant held there when it was last reported for memory
@@ -90,6 +97,8 @@ class GuaranteeEnforcer {
                    int64_t now_ns, uint64_t* budget_left);
   bool settle(const Holding& h, int64_t now_ns);
   void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
+  // Books a move of `bytes` of h's tenant to host in the budget; false when it does not fit.
+  bool book_move(const Holding& h, uint64_t bytes, uint64_t* budget_left);
   void unswappable(const Holding& h, uint64_t bytes, const std::string& why, int64_t now_ns);
   bool idle_pass(const std::vector<Holding>& on_gpu, int64_t now_ns, uint64_t* budget_left);
   struct IdleState {
@@ -105,6 +114,10 @@ class GuaranteeEnforcer {
   std::map<std::string, int64_t> last_report_ns_;
   std::map<std::string, uint64_t> pinned_;  // see pinned()
   uint64_t unswappable_reports_ = 0;
+  SwapReservePlanner reserves_;
+  // This tick's moves by tenant (its ledger): what they took of its own reserve. Cleared per
+  // tick, capacity kept.
+  std::vector<std::pair<const TenantLedger*, uint64_t>> moved_;
 };
 
 }  // namespace fracgpu::broker

@@ -22,8 +22,16 @@ void clear_usage(ProcessSlot& s) {
   s.last_active_ns.store(0);
 }
 
-void free_slot(ProcessSlot& s) {
+// Minor 6: the pinned memory a slot's process held for the swap reserve died with it, and a
+// new process holds none yet; a ledger of an older layout has no such field.
+void clear_host_reserved(TenantLedger& ledger, uint32_t slot) {
+  if (ledger_has_host_reserved(ledger.size)) ledger.host_reserved[slot].store(0);
+}
+
+void free_slot(TenantLedger& ledger, uint32_t i) {
+  ProcessSlot& s = ledger.processes[i];
   clear_usage(s);
+  clear_host_reserved(ledger, i);
   s.pid.store(0);
   s.start_time.store(0);
   s.op_seq.store(0);
@@ -145,6 +153,7 @@ namespace {
 void take_slot(TenantLedger& ledger, uint32_t i, int32_t pid, uint64_t start_time) {
   ProcessSlot& s = ledger.processes[i];
   clear_usage(s);
+  clear_host_reserved(ledger, i);  // before state Live: the broker never counts a stale reserve
   s.op_seq.store(0);
   for (SlotSchedule& sched : ledger.schedule[i]) {  // minor 2: a fresh process has no grant history
     sched.launched_epoch.store(0);
@@ -185,7 +194,7 @@ std::optional<uint32_t> claim_placeholder(TenantLedger& ledger) {
 }
 
 void free_claimed_slot(TenantLedger& ledger, uint32_t slot) {
-  if (slot < kMaxProcesses) free_slot(ledger.processes[slot]);
+  if (slot < kMaxProcesses) free_slot(ledger, slot);
 }
 
 bool is_placeholder(const ProcessSlot& slot) {
@@ -249,6 +258,25 @@ uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device) {
   return sum_live(ledger, device, kMaxProcesses);
 }
 
+uint64_t last_active(const TenantLedger& ledger) {
+  uint64_t newest = 0;
+  for (const ProcessSlot& s : ledger.processes)
+    if (state_of(s) == SlotState::kLive)
+      newest = std::max<uint64_t>(newest, s.last_active_ns.load());
+  return newest;
+}
+
+uint64_t live_host_reserved(const TenantLedger& ledger) {
+  if (!ledger_has_host_reserved(ledger.size)) return 0;
+  uint64_t sum = 0;
+  // The words first (4 KiB, contiguous); a slot's state only where its word is not 0.
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    const uint64_t held = ledger.host_reserved[i].load();
+    if (held != 0 && state_of(ledger.processes[i]) == SlotState::kLive) sum += held;
+  }
+  return sum;
+}
+
 bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts) {
   return device >= kMaxDevices || check_used(ledger, device, attempts).settled;
 }
@@ -289,7 +317,7 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
     if (state_of(s) != SlotState::kDead) continue;
     if (s.op_seq.load() % 2 == 0) {
       subtract_exact_share(ledger, i);
-      free_slot(s);
+      free_slot(ledger, i);
     } else {
       interrupted = true;
     }
@@ -299,8 +327,8 @@ bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
     if (!recompute_used(ledger, d, attempts)) return false;
     if (!check_swapped(ledger, d, attempts).settled) return false;
   }
-  for (auto& s : ledger.processes) {
-    if (state_of(s) == SlotState::kDead) free_slot(s);
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    if (state_of(ledger.processes[i]) == SlotState::kDead) free_slot(ledger, i);
   }
   return true;
 }

@@ -31,8 +31,9 @@ struct ClaimOptions {
   bool from_top = false;
 };
 
-// find_live_slot, else a free slot filled with pid/start_time and state=Live.
-// nullopt when all kMaxProcesses slots are taken.
+// find_live_slot, else a free slot filled with pid/start_time and state=Live (its counters,
+// schedule and, minor 6, host_reserved zeroed first). nullopt when all kMaxProcesses slots
+// are taken.
 std::optional<uint32_t> claim_slot(TenantLedger& ledger, int32_t pid, uint64_t start_time,
                                    const ClaimOptions& options = {});
 
@@ -66,13 +67,20 @@ void mark_dead(TenantLedger& ledger, uint32_t slot);
 
 uint32_t live_process_count(const TenantLedger& ledger);
 uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device);
+// The newest ProcessSlot.last_active_ns of the live slots (0: none has swappable memory).
+uint64_t last_active(const TenantLedger& ledger);
+// Minor 6: the pinned host memory the live processes hold for the swap reserve, the sum of
+// TenantLedger.host_reserved over Live slots; 0 for a ledger without the field. Reads the
+// 512 words and only the states of slots whose word is not 0.
+uint64_t live_host_reserved(const TenantLedger& ledger);
 
 // Gives the memory of every Dead slot back and frees the slot (layout 1.1 rules):
 // a slot whose process died between operations (op_seq even) holds exactly its share,
 // which is subtracted; if any died inside an operation (op_seq odd), every device
 // counter is recomputed from a consistent snapshot of the live slots. Returns false
 // when processes kept that snapshot from settling within `attempts` tries (the odd
-// slots stay Dead; call again later).
+// slots stay Dead; call again later). A freed slot's host_reserved (minor 6) is zeroed: the
+// pinned memory died with its process.
 bool reclaim_dead_slots(TenantLedger& ledger, int attempts);
 
 // DeviceUsage.used := sum of live slots, installed by CAS only from a snapshot during

@@ -94,6 +94,8 @@ void add_tenants(FamilyList& out, const MetricsSnapshot& s) {
   gauge("fracgpu_memory_peak_bytes", "High-water mark of used memory, bytes.");
   gauge("fracgpu_memory_swapped_bytes",
         "Tenant memory currently moved to host memory by overcommit, bytes.");
+  gauge("fracgpu_memory_host_reserved_bytes",
+        "Pinned host memory the tenant's processes hold empty, ready for a swap-out, bytes.");
   counter("fracgpu_memory_allocation_refusals_total",
           "Allocations refused at the cap or for lack of burst memory.");
   counter("fracgpu_memory_burst_requests_total",
@@ -116,6 +118,7 @@ void add_tenants(FamilyList& out, const MetricsSnapshot& s) {
     kUsed,
     kPeak,
     kSwapped,
+    kHostReserved,
     kRefusals,
     kBursts,
     kHeld,
@@ -135,6 +138,7 @@ void add_tenants(FamilyList& out, const MetricsSnapshot& s) {
     add(at(kUsed), l, static_cast<double>(t.memory_used));
     add(at(kPeak), l, static_cast<double>(t.memory_peak));
     add(at(kSwapped), l, static_cast<double>(t.memory_swapped));
+    add(at(kHostReserved), l, static_cast<double>(t.memory_host_reserved));
     add(at(kRefusals), l, static_cast<double>(t.allocation_refusals));
     add(at(kBursts), l, static_cast<double>(t.burst_requests));
     add(at(kWeight), l, t.compute_weight);

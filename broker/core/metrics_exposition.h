@@ -41,7 +41,7 @@ class SnapshotCollectable : public prometheus::Collectable {
 };
 
 // What one scrape costs is mostly prometheus::TextSerializer writing 3.4 MB through an
-// std::ostream a character at a time (1,000 tenants x 15 families). On a node most series
+// std::ostream a character at a time (1,000 tenants x 16 families). On a node most series
 // keep their value from one scrape to the next (limits, requests, weights, the counters of
 // idle tenants), so ExpositionCache keeps, per family, the line TextSerializer wrote for
 // each series with the value it wrote, and only the series whose value (or labels) changed

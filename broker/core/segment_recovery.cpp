@@ -26,6 +26,15 @@ void clear_slot(TenantLedger& ledger, uint32_t i) {
   std::memset(static_cast<void*>(&ledger.schedule[i]), 0, sizeof(ledger.schedule[i]));
 }
 
+// Minor 6: the rebuilt header says the ledger carries host_reserved (the broker maps it at
+// its full size; a file of an older layout was extended with zeros). A live process keeps
+// what it holds for the swap reserve (it stores the value again after its re-registration);
+// any other slot holds nothing, and a figure no host can pin is garbage.
+void sanitise_host_reserved(TenantLedger& ledger, uint32_t i, bool live) {
+  std::atomic<uint64_t>& held = ledger.host_reserved[i];
+  if (!live || held.load() > kImplausible) held.store(0);
+}
+
 bool slot_is_zero(const TenantLedger& ledger, uint32_t i) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(&ledger.processes[i]);
   for (std::size_t k = 0; k < sizeof(ProcessSlot); ++k)
@@ -56,12 +65,14 @@ bool recompute_counters(TenantLedger& ledger, uint32_t d) {
 LedgerRebuild rebuild_ledger(TenantLedger& ledger) {
   LedgerRebuild out;
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
-    if (plausible_live_slot(ledger.processes[i])) {
+    const bool live = plausible_live_slot(ledger.processes[i]);
+    if (live) {
       ++out.live_slots;
     } else if (!slot_is_zero(ledger, i)) {
       clear_slot(ledger, i);
       ++out.cleared_slots;
     }
+    sanitise_host_reserved(ledger, i, live);
   }
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
     if (!recompute_counters(ledger, d)) out.settled = false;

@@ -2,6 +2,7 @@
 #include "core/status_report.h"
 
 #include "core/admission.h"
+#include "core/ledger_ops.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -9,7 +10,8 @@ namespace {
 nlohmann::json device_status(const DeviceSpec& spec, const DeviceQuota& q, const DeviceUsage& u) {
   nlohmann::json j = tenant_spec_to_json(TenantSpec{"x", {spec}})["devices"][0];
   j["memory_used"] = u.used.load();
-  j["memory_swapped"] = u.swapped.load();  // on host (swap; tenant_segment.h minor 3)
+  j["memory_swapped"] = u.swapped.load();     // on host (swap; tenant_segment.h minor 3)
+  j["host_reserve"] = q.host_reserve.load();  // the swap reserve it may hold for here (minor 6)
   j["memory_peak"] = u.peak.load();
   j["memory_grant"] = q.memory_grant.load();
   j["oom_events"] = u.oom_events.load();
@@ -19,13 +21,17 @@ nlohmann::json device_status(const DeviceSpec& spec, const DeviceQuota& q, const
 }
 
 nlohmann::json processes_json(const TenantLedger& ledger, std::size_t device_count) {
+  const bool reserves = ledger_has_host_reserved(ledger.size);
   nlohmann::json list = nlohmann::json::array();
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     const ProcessSlot& s = ledger.processes[i];
     if (static_cast<SlotState>(s.state.load()) != SlotState::kLive) continue;
     nlohmann::json used = nlohmann::json::array();
     for (std::size_t d = 0; d < device_count; ++d) used.push_back(s.used[d].load());
-    list.push_back({{"pid", s.pid.load()}, {"slot", i}, {"memory_used", std::move(used)}});
+    list.push_back({{"pid", s.pid.load()},
+                    {"slot", i},
+                    {"memory_used", std::move(used)},
+                    {"host_reserved", reserves ? ledger.host_reserved[i].load() : 0}});
   }
   return list;
 }
@@ -64,6 +70,14 @@ nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute,
     devices.push_back(std::move(d));
   }
   j["devices"] = std::move(devices);
+  // The swap reserve (tenant_segment.h minor 6): what the broker lets the tenant's processes
+  // keep pinned, over its GPUs, and what they hold now (pinned host memory, beside what
+  // memory_swapped counts on host).
+  uint64_t reserve = 0;
+  for (std::size_t i = 0; i < tenant.spec.devices.size() && i < kMaxDevices; ++i)
+    reserve += tenant.quota().devices[i].host_reserve.load();
+  j["host_reserve"] = reserve;
+  j["host_reserved"] = ledger::live_host_reserved(tenant.ledger());
   j["socket"] = tenant.socket_path().string();
   j["run_dir"] = tenant.dir.string();
   j["processes"] = processes_json(tenant.ledger(), tenant.spec.devices.size());

@@ -50,7 +50,7 @@ TenantGpuMetrics tenant_gpu(Tenant& t, std::size_t i,
   m.memory_grant = q.memory_grant.load();
   m.memory_used = u.used.load();
   m.memory_peak = u.peak.load();
-  m.memory_swapped = memory_swapped_bytes(u);
+  m.memory_swapped = memory_swapped_bytes(u);  // memory_host_reserved: take_metrics_snapshot
   m.allocation_refusals = u.oom_events.load();
   m.burst_requests = u.burst_requests.load();
   m.compute_weight = q.compute_weight.load();
@@ -127,6 +127,23 @@ uint64_t memory_swapped_bytes(const DeviceUsage& usage) {
   return usage.swapped.load();
 }
 
+std::vector<uint64_t> host_reserved_bytes_by_gpu(
+    const TenantQuota& quota, const TenantLedger& ledger,
+    const std::vector<ProcessTracker::Watched>& watched, std::size_t count) {
+  std::vector<uint64_t> out(count, 0);
+  if (count == 0 || !ledger_has_host_reserved(ledger.size)) return out;
+  uint64_t held = 0;
+  for (const ProcessTracker::Watched& w : watched)
+    if (w.slot < kMaxProcesses)
+      held += ledger.host_reserved[w.slot].load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < count && held > 0; ++i) {
+    out[i] = std::min(held, quota.devices[i].host_reserve.load(std::memory_order_relaxed));
+    held -= out[i];
+  }
+  out[0] += held;
+  return out;
+}
+
 MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources) {
   const auto& [registry, tracker, compute, audit] = sources;
   MetricsSnapshot snapshot;
@@ -136,8 +153,12 @@ MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources) {
   for (Tenant* t : tenants) {
     const auto watched = tracker.watches_of(t->spec.name);
     const std::size_t count = std::min(t->spec.devices.size(), kMaxDevices);
+    const std::size_t first = snapshot.tenants.size();
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants.push_back(tenant_gpu(*t, i, watched, registry.gpus(), compute));
+    const auto reserved = host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count);
+    for (std::size_t i = 0; i < count; ++i)
+      snapshot.tenants[first + i].memory_host_reserved = reserved[i];
   }
   if (audit != nullptr) {
     add_violations(snapshot, audit->log());

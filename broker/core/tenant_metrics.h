@@ -43,6 +43,9 @@ struct TenantGpuMetrics {
   uint64_t memory_used = 0;
   uint64_t memory_peak = 0;
   uint64_t memory_swapped = 0;
+  // The tenant's processes' swap reserve (pinned, empty host memory, tenant_segment.h minor 6)
+  // attributed to this GPU: see host_reserved_bytes_by_gpu.
+  uint64_t memory_host_reserved = 0;
   uint64_t allocation_refusals = 0;
   uint64_t burst_requests = 0;
   uint32_t compute_weight = 0;
@@ -106,5 +109,15 @@ MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources);
 // The tenant's memory currently moved to host memory by overcommit (DeviceUsage::swapped,
 // tenant_segment.h minor 3); fracgpu_memory_swapped_bytes reads it from here.
 uint64_t memory_swapped_bytes(const DeviceUsage& usage);
+
+// What the tenant's registered processes (`watched`: the broker's record) hold for the swap
+// reserve (TenantLedger.host_reserved, minor 6; 0 for a ledger without it), per device of
+// its quota (`count` of them), for fracgpu_memory_host_reserved_bytes. A process holds its
+// reserve for all its GPUs together, so the sum is split: each device, in the quota's order,
+// up to its host_reserve, and what they hold beyond the reserves (trimmed at their next look)
+// on the first device. The per-tenant sum is exact.
+std::vector<uint64_t> host_reserved_bytes_by_gpu(
+    const TenantQuota& quota, const TenantLedger& ledger,
+    const std::vector<ProcessTracker::Watched>& watched, std::size_t count);
 
 }  // namespace fracgpu::broker

@@ -6,7 +6,8 @@
 // detach them from the broker; the old layout's ledger is moved with rename(2), which
 // keeps the inode. A ledger found with a bad header is rebuilt from its processes' slots
 // (segment_recovery.h), never zeroed; a quota found bad is re-initialised and then
-// re-published with grants that cover what the tenant already uses.
+// re-published with grants that cover what the tenant already uses. A valid ledger of an
+// older, smaller layout is extended in place (zeros) and its header raised to this one's.
 #include "core/tenant_segments.h"
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -107,6 +109,22 @@ void new_incarnation(TenantQuota& q) {
   futex_wake_all(q.ledger_incarnation);  // processes waiting on it re-register at once
 }
 
+// A valid ledger of an older layout (minor < 6, without host_reserved) adopted by this
+// broker: prepare_file extended the file with zeros to sizeof(TenantLedger) before it was
+// mapped, and the header now says so, so that the processes that map it from now on may
+// keep a swap reserve (tenant_segment.h, "The swap reserve"). The words are zeroed first
+// whatever the file held there: no process wrote them (one of the older layout maps less;
+// a newer shim that mapped the old size keeps no reserve, it checks its mapping's size).
+// True when the header changed.
+bool extend_old_layout(TenantLedger& l) {
+  if (l.size >= sizeof(TenantLedger)) return false;
+  for (std::atomic<uint64_t>& held : l.host_reserved) held.store(0);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  l.size = sizeof(TenantLedger);
+  l.minor = std::max(l.minor, kSegmentMinor);
+  return true;
+}
+
 void log_rebuild(const std::filesystem::path& path, const LedgerRebuild& r, const char* when) {
   spdlog::warn(
       "{}: the ledger header was not valid{}; rebuilt it from its processes' slots ({} live "
@@ -159,6 +177,9 @@ void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, 
   // demands every tick, so a restart or an update loses nothing by starting afresh).
   slot.resident_target.store(kNoResidentTarget);
   slot.swap_policy.store(d.swap ? kSwapAllow : kSwapNever);
+  // The swap reserve (minor 6) is planned again at the enforcer's next tick; one planned for
+  // another GPU at this index is not this one's.
+  if (!same_gpu) slot.host_reserve.store(0);
   slot.present = 1;
 }
 
@@ -212,6 +233,9 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
     if (quota_existed)
       spdlog::warn("{}: the tenant's ledger was missing; created it anew", ledger_path.string());
   }
+  if (seg->ledger_reused_ && extend_old_layout(*seg->ledger_))
+    spdlog::info("{}: the ledger of an older layout now carries the swap reserve (layout 1.{})",
+                 ledger_path.string(), kSegmentMinor);
   if (seg->ledger_reused_ && ledger::release_placeholders(*seg->ledger_) > 0) {
     // A broker stopped while it held the memory of a lost ledger's processes: some may not
     // have re-registered yet, so the hold starts again (ledger_rebuild.h).
@@ -260,7 +284,10 @@ void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {
     publish_device(q.devices[i], ledger_->devices[i], spec.devices[i],
                    gpus.find(spec.devices[i].gpu), quota_fresh_);
   }
-  for (std::size_t i = count; i < kMaxDevices; ++i) q.devices[i].present = 0;
+  for (std::size_t i = count; i < kMaxDevices; ++i) {
+    q.devices[i].present = 0;
+    q.devices[i].host_reserve.store(0);  // the planner only looks at present devices
+  }
   q.device_count = static_cast<uint32_t>(count);
   q.generation.fetch_add(1);  // publishes everything above to readers polling it
   quota_fresh_ = false;

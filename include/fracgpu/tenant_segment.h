@@ -124,6 +124,35 @@
 //    is in, the placeholder is released and freed and DeviceUsage.used recomputed from the
 //    live slots by the consistent-snapshot rule (which drops whatever a not yet
 //    re-registered process added to the counter without a live slot).
+// The swap reserve (minor 6; docs/design.md "Overcommit and swap"):
+//  * DeviceQuota.host_reserve: broker-written. Bytes of host memory the tenant's processes
+//    may keep pinned and empty, ready for a swap-out of their memory on this GPU: a swap-out
+//    into it copies at the host link's speed, where one that pins as it goes is bound by
+//    pinning (a few GB/s). The broker sets it, each maintenance tick, to at most what the
+//    tenant borrows there (resident bytes above its request), for tenants with kSwapAllow
+//    only, in reclaim order (the first asked to move memory gets its reserve first), within
+//    the node's host budget less what is on host or being moved there; 0 otherwise.
+//  * TenantLedger.host_reserved[slot]: written by the process (a store of its absolute
+//    value, by its swap thread at least every 200 ms while it holds or wants a reserve, and
+//    again after a re-registration). The bytes of pinned, empty host memory it holds for
+//    the reserve now. It raises the field BEFORE it pins more and lowers it AFTER it
+//    unpinned, so the broker never sees less than what is pinned. A process holds at most
+//    the sum over its GPUs of host_reserve less what the tenant's other live slots hold
+//    (two processes growing at once may overshoot by one step each; the broker counts what
+//    they hold, and each trims back on its next look), and at most its own swappable
+//    resident bytes. A swap-out that fills reserved memory adds to
+//    SlotSchedule.swapped_pages and DeviceUsage.swapped first, then lowers host_reserved
+//    (a byte counted twice, never zero times); a swap-in that returns the memory to the
+//    reserve raises host_reserved first, then releases the swapped counts.
+//  * Reserves are given only out of the host budget less what is on host (DeviceUsage.swapped)
+//    and less what open demands will still move there, so together with those they stay
+//    within the budget. A move is never refused for another tenant's reserve (that tenant's
+//    target shrinks in the same tick, and its processes trim within their next look); a
+//    move may fill its own tenant's live reserve beyond what is left of the budget. The
+//    broker zeroes a slot's host_reserved when it gives the slot to a process and when it
+//    reaps a dead one (the pinned memory died with it).
+//  * Valid only where TenantLedger.size covers host_reserved (a broker of minor >= 6); a
+//    process of an older ledger keeps no reserve.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -137,7 +166,8 @@ inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" 
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
 inline constexpr uint16_t kSegmentMinor =
-    5;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness, 5: incarnation
+    6;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness,
+        // 5: incarnation, 6: swap reserve
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -175,7 +205,8 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint64_t> resident_target;  // minor 3: swap down to this many bytes (see above)
   std::atomic<uint32_t> swap_word;        // minor 3: bumped when resident_target changes
   std::atomic<uint32_t> swap_policy;      // minor 3: kSwapNever / kSwapAllow
-  uint64_t reserved[4];                   // room for compatible additions (minor version)
+  std::atomic<uint64_t> host_reserve;     // minor 6: pinned host bytes to hold ready (above)
+  uint64_t reserved[3];                   // room for compatible additions (minor version)
 };
 
 inline constexpr uint64_t kNoResidentTarget = ~0ull;
@@ -252,7 +283,8 @@ struct TenantLedger {
   uint64_t reserved[5];
   DeviceUsage devices[kMaxDevices];
   ProcessSlot processes[kMaxProcesses];
-  SlotSchedule schedule[kMaxProcesses][kMaxDevices];  // minor 2 (appended)
+  SlotSchedule schedule[kMaxProcesses][kMaxDevices];   // minor 2 (appended)
+  std::atomic<uint64_t> host_reserved[kMaxProcesses];  // minor 6 (appended): see above
 };
 
 static_assert(sizeof(DeviceQuota) == 192);
@@ -280,17 +312,27 @@ static_assert(offsetof(DeviceQuota, resident_target) == 144);
 static_assert(offsetof(DeviceQuota, swap_word) == 152);
 static_assert(offsetof(DeviceUsage, swapped) == 56);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
-static_assert(sizeof(TenantLedger) ==
+static_assert(offsetof(DeviceQuota, host_reserve) == 160);
+static_assert(offsetof(TenantLedger, host_reserved) ==
               64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);
+static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 +
+                                          kMaxProcesses * kMaxDevices * 16 + kMaxProcesses * 8);
+
+// Whether a ledger mapping of `size` bytes (TenantLedger.size) carries host_reserved.
+inline constexpr bool ledger_has_host_reserved(uint32_t size) {
+  return size >= offsetof(TenantLedger, host_reserved) + sizeof(TenantLedger::host_reserved);
+}
 
 // A mapping is usable when magic and major match and it is at least as large as we expect.
 inline bool quota_layout_ok(const TenantQuota& q, std::size_t mapped) {
   return mapped >= sizeof(TenantQuota) && q.magic == kQuotaMagic && q.major == kSegmentMajor &&
          q.size >= sizeof(TenantQuota) && q.device_count <= kMaxDevices;
 }
+// The smallest ledger a process accepts: a broker of minor 5 made it without host_reserved.
+inline constexpr std::size_t kLedgerMinSize = offsetof(TenantLedger, host_reserved);
 inline bool ledger_layout_ok(const TenantLedger& l, std::size_t mapped) {
-  return mapped >= sizeof(TenantLedger) && l.magic == kLedgerMagic && l.major == kSegmentMajor &&
-         l.size >= sizeof(TenantLedger);
+  return mapped >= kLedgerMinSize && l.magic == kLedgerMagic && l.major == kSegmentMajor &&
+         l.size >= kLedgerMinSize && l.size <= mapped;
 }
 
 }  // namespace fracgpu

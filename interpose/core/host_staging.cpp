@@ -162,6 +162,7 @@ struct HostStaging::Job {
 void CopyOutStats::add(const CopyOutStats& other) noexcept {
   bytes += other.bytes;
   reused_bytes += other.reused_bytes;
+  reserve_bytes += other.reserve_bytes;
   total_ns += other.total_ns;
   pin_thread_ns += other.pin_thread_ns;
   pin_wall_ns += other.pin_wall_ns;
@@ -181,6 +182,13 @@ HostStaging::~HostStaging() {
   stopping_ = true;
   bump(pool_wake_);
   wait_on(pool_idle_, lock, [&] { return alive_ == 0; });
+  lock.unlock();
+  std::vector<void*> slabs;
+  {
+    std::lock_guard<std::mutex> keep(keep_mutex_);
+    slabs = reserve_.remove_all();
+  }
+  for (void* slab : slabs) unpin_slab(slab);
 }
 
 uint64_t HostStaging::chunk_bytes(uint64_t size, unsigned workers) noexcept {
@@ -225,13 +233,20 @@ CUresult HostStaging::copy_out(CUcontext context, CUdeviceptr va, uint64_t size,
   return CUDA_SUCCESS;
 }
 
-// The chunks of an allocation of `size`: kept ones where one of the size is there, the
-// others carved in order out of one new mapping. `reused[i]` says which are kept ones.
+// The chunks of an allocation of `size`: pieces of the reserve for as much of it as the
+// reserve has free, then kept ones where one of the size is there, the others carved in
+// order out of one new mapping. `reused[i]` says which are already pinned.
 CUresult HostStaging::plan_chunks(uint64_t size, std::vector<HostChunk>* chunks,
                                   std::vector<bool>* reused) noexcept {
-  const uint64_t chunk = chunk_bytes(size, wanted_workers_);
+  uint64_t covered = 0;
+  {
+    std::lock_guard<std::mutex> lock(keep_mutex_);
+    covered = reserve_.take(size, chunks);
+  }
+  reused->assign(chunks->size(), true);
+  const uint64_t chunk = chunk_bytes(size - covered, wanted_workers_);
   uint64_t fresh = 0;
-  for (uint64_t offset = 0; offset < size; offset += chunk) {
+  for (uint64_t offset = covered; offset < size; offset += chunk) {
     HostChunk c;
     c.bytes = std::min(chunk, size - offset);
     c.capacity = round_up(c.bytes, kPage);
@@ -276,6 +291,7 @@ CUresult HostStaging::copy_out_registered(CUcontext context, CUdeviceptr va, uin
   for (size_t i = 0; i < count; ++i) {
     job.state[i].store(reused[i] ? kReady : kPending, std::memory_order_relaxed);
     if (reused[i]) stats->reused_bytes += job.chunks[i].bytes;
+    if (job.chunks[i].reserve) stats->reserve_bytes += job.chunks[i].bytes;
   }
   const int64_t start = monotonic_ns();
   start_workers();
@@ -291,8 +307,13 @@ CUresult HostStaging::copy_out_registered(CUcontext context, CUdeviceptr va, uin
   stats->pin_thread_ns = job.pin_ns.load(std::memory_order_relaxed);
   stats->threads = job.threads.load(std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) {
-    // Nothing is copied in flight any more (run_copies synchronised): undo every chunk.
+    // Nothing is copied in flight any more (run_copies synchronised): undo every chunk (a
+    // reserve piece goes back to the reserve).
     for (size_t i = 0; i < count; ++i) {
+      if (job.chunks[i].reserve) {
+        free_chunk(job.chunks[i]);
+        continue;
+      }
       if (job.state[i].load(std::memory_order_acquire) == kReady)
         calls_.cuMemHostUnregister(job.chunks[i].base);
       munmap(job.chunks[i].base, job.chunks[i].capacity);
@@ -367,6 +388,80 @@ CUresult HostStaging::run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats,
     }
   }
   return rc;
+}
+
+// The workers (and this thread, for what none has claimed) pin every chunk of `job`; no
+// copies. Returns once all are pinned or failed and no worker is inside the job.
+CUresult HostStaging::pin_all(Job& job) noexcept {
+  start_workers();
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    job_ = &job;
+    ++job_serial_;
+  }
+  bump(pool_wake_);
+  for (size_t i = 0; i < job.chunks.size(); ++i) {
+    while (job.state[i].load(std::memory_order_acquire) == kPending) {
+      size_t unclaimed = i;
+      if (job.next.compare_exchange_strong(unclaimed, i + 1, std::memory_order_acq_rel)) {
+        job.prepare(i);
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(job.mutex);
+      wait_on(job.ready, lock, [&] {
+        return job.state[i].load(std::memory_order_acquire) != kPending ||
+               job.abort.load(std::memory_order_acquire);
+      });
+      if (job.abort.load(std::memory_order_acquire)) break;
+    }
+    if (job.abort.load(std::memory_order_acquire)) break;
+  }
+  std::unique_lock<std::mutex> lock(pool_mutex_);
+  job_ = nullptr;
+  wait_on(pool_idle_, lock, [&] { return busy_ == 0; });
+  return job.error.load();
+}
+
+// Slabs pinned in one job; those that failed (host memory ran out) are unmapped. A chunk
+// nobody claimed after an abort stays kPending: unmapped too.
+uint64_t HostStaging::grow_reserve(CUcontext context, uint64_t bytes) noexcept {
+  if (!can_register() || bytes == 0) return 0;
+  constexpr uint64_t kSlab = HostReserve::kSlabBytes;
+  const uint64_t count = (bytes + kSlab - 1) / kSlab;
+  char* mapping = static_cast<char*>(map_aligned(count * kSlab));
+  if (mapping == nullptr) return 0;
+  Job job;
+  job.calls = &calls_;
+  job.context = context;
+  job.state.reset(new (std::nothrow) std::atomic<uint8_t>[count]);
+  if (!job.state) {
+    munmap(mapping, count * kSlab);
+    return 0;
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    HostChunk slab;
+    slab.base = mapping + i * kSlab;
+    slab.capacity = slab.bytes = kSlab;
+    job.chunks.push_back(slab);
+    job.state[i].store(kPending, std::memory_order_relaxed);
+  }
+  const CUresult rc = pin_all(job);
+  uint64_t added = 0;
+  std::lock_guard<std::mutex> lock(keep_mutex_);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (job.state[i].load(std::memory_order_acquire) == kReady) {
+      reserve_.add_slab(job.chunks[i].base);
+      added += kSlab;
+    } else {
+      munmap(job.chunks[i].base, kSlab);
+    }
+  }
+  if (rc != CUDA_SUCCESS)
+    FRACGPU_LOG_CAPPED(LogLevel::kInfo, 4,
+                       "the swap reserve stays at %.1f MiB: pinning more host memory failed "
+                       "(CUDA error %d)",
+                       static_cast<double>(reserve_.capacity()) / (1 << 20), static_cast<int>(rc));
+  return added;
 }
 
 // No registration: the driver's pinned allocations, one per chunk, by this thread.
@@ -456,6 +551,7 @@ void HostStaging::after_fork_in_child() noexcept {
   alive_ = 0;
   workers_started_ = false;
   new (&keep_mutex_) std::mutex();
+  for (void* slab : reserve_.remove_all()) munmap(slab, HostReserve::kSlabBytes);
   for (const auto& [capacity, kept] : kept_)
     if (!kept.first.host_alloc) munmap(kept.first.base, capacity);
   kept_.clear();

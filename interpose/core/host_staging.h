@@ -13,6 +13,11 @@
 // the copies in flight, unregisters and unmaps what was made, and returns the error: the
 // allocation is untouched and stays resident.
 //
+// The swap reserve (core/host_reserve.h): slabs pinned ahead by grow_reserve (on the
+// workers, while nothing is copied) are what a copy_out takes first, piece by piece; only
+// what the reserve does not cover is pinned as it goes. A host copy's pieces return to the
+// reserve when it is retired or released.
+//
 // Reuse: the chunks of a host copy that came back (swap-in) are kept, still registered, for
 // the next swap-out of this process (a chunk of the same size is taken instead of pinning a
 // new one), up to the bytes of the last swap-out round and for at most kKeepIdleNs; then
@@ -41,18 +46,11 @@
 #include <vector>
 
 #include "core/driver_calls.h"
+#include "core/host_reserve.h"
 
 namespace fracgpu {
 
 class CaptureTracker;
-
-// One piece of an allocation's host copy.
-struct HostChunk {
-  void* base = nullptr;
-  uint64_t capacity = 0;    // bytes mapped or allocated: what is unregistered and freed
-  uint64_t bytes = 0;       // bytes of the allocation it holds (<= capacity)
-  bool host_alloc = false;  // cuMemHostAlloc'd (cuMemFreeHost), else mmap'd and registered
-};
 
 // The host copy of one allocation: its chunks in device-address order.
 struct HostBlock {
@@ -63,7 +61,8 @@ struct HostBlock {
 // Where a swap-out's time went (summed over the allocations of a round by add()).
 struct CopyOutStats {
   uint64_t bytes = 0;
-  uint64_t reused_bytes = 0;  // copied into kept chunks: no pinning
+  uint64_t reused_bytes = 0;   // copied into kept chunks or the reserve: no pinning
+  uint64_t reserve_bytes = 0;  // of which into the reserve
   int64_t total_ns = 0;
   int64_t pin_thread_ns = 0;  // populating and registering, summed over the threads
   int64_t pin_wall_ns = 0;    // from the start until the last chunk was pinned
@@ -105,6 +104,18 @@ class HostStaging {
   // Frees kept chunks retired more than kKeepIdleNs before `now_ns` (all: idle_ns 0).
   void trim(int64_t now_ns, int64_t idle_ns = kKeepIdleNs) noexcept;
   uint64_t kept_bytes() const noexcept;
+
+  // --- The swap reserve ---
+  // Pins about `bytes` more (whole slabs) on the workers, `context` current for them;
+  // returns the bytes added (less where host memory ran out).
+  uint64_t grow_reserve(CUcontext context, uint64_t bytes) noexcept;
+  // Unpins whole free slabs while more than `keep_free` bytes of the reserve are free;
+  // returns the bytes unpinned.
+  uint64_t shrink_reserve(uint64_t keep_free) noexcept;
+  uint64_t reserve_free_bytes() const noexcept;
+  uint64_t reserve_capacity() const noexcept;
+  // The bytes of host copy `host` held in reserve pieces (free again once it is retired).
+  uint64_t reserve_bytes_of(void* host) const noexcept;
   unsigned workers() const noexcept { return wanted_workers_; }
   // The child has no workers and no registrations of its parent.
   void after_fork_in_child() noexcept;
@@ -126,6 +137,8 @@ class HostStaging {
   CUresult plan_chunks(uint64_t size, std::vector<HostChunk>* chunks,
                        std::vector<bool>* reused) noexcept;
   bool take_kept(uint64_t capacity, HostChunk* chunk) noexcept;
+  CUresult pin_all(Job& job) noexcept;
+  void unpin_slab(void* base) noexcept;
   CUresult run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats, bool* pin_failed) noexcept;
   void free_chunk(const HostChunk& chunk) noexcept;
   void start_workers() noexcept;
@@ -156,6 +169,7 @@ class HostStaging {
   std::multimap<uint64_t, std::pair<HostChunk, int64_t>> kept_;
   uint64_t kept_bytes_ = 0;
   uint64_t keep_limit_ = 0;
+  HostReserve reserve_;  // under keep_mutex_
 };
 
 }  // namespace fracgpu

@@ -53,6 +53,11 @@ CUresult HostStaging::copy_in(void* host, CUdeviceptr va) noexcept {
 
 void HostStaging::free_chunk(const HostChunk& chunk) noexcept {
   if (chunk.base == nullptr) return;
+  if (chunk.reserve) {
+    std::lock_guard<std::mutex> lock(keep_mutex_);
+    reserve_.give_back(chunk);
+    return;
+  }
   if (chunk.host_alloc) {
     calls_.cuMemFreeHost(chunk.base);
     return;
@@ -77,7 +82,9 @@ void HostStaging::retire_block(HostBlock& block, int64_t now_ns) noexcept {
   {
     std::lock_guard<std::mutex> lock(keep_mutex_);
     for (const HostChunk& chunk : block.chunks) {
-      if (!chunk.host_alloc && kept_bytes_ + chunk.capacity <= keep_limit_) {
+      if (chunk.reserve) {
+        reserve_.give_back(chunk);
+      } else if (!chunk.host_alloc && kept_bytes_ + chunk.capacity <= keep_limit_) {
         kept_.emplace(chunk.capacity, std::make_pair(chunk, now_ns));
         kept_bytes_ += chunk.capacity;
       } else {
@@ -124,6 +131,41 @@ void HostStaging::trim(int64_t now_ns, int64_t idle_ns) noexcept {
 uint64_t HostStaging::kept_bytes() const noexcept {
   std::lock_guard<std::mutex> lock(keep_mutex_);
   return kept_bytes_;
+}
+
+void HostStaging::unpin_slab(void* base) noexcept {
+  calls_.cuMemHostUnregister(base);
+  munmap(base, HostReserve::kSlabBytes);
+}
+
+uint64_t HostStaging::shrink_reserve(uint64_t keep_free) noexcept {
+  std::vector<void*> removed;
+  {
+    std::lock_guard<std::mutex> lock(keep_mutex_);
+    removed = reserve_.remove_free_slabs(keep_free);
+  }
+  for (void* slab : removed) unpin_slab(slab);
+  return removed.size() * HostReserve::kSlabBytes;
+}
+
+uint64_t HostStaging::reserve_free_bytes() const noexcept {
+  std::lock_guard<std::mutex> lock(keep_mutex_);
+  return reserve_.free_bytes();
+}
+
+uint64_t HostStaging::reserve_capacity() const noexcept {
+  std::lock_guard<std::mutex> lock(keep_mutex_);
+  return reserve_.capacity();
+}
+
+uint64_t HostStaging::reserve_bytes_of(void* host) const noexcept {
+  std::lock_guard<std::mutex> lock(keep_mutex_);
+  auto it = blocks_.find(host);
+  if (it == blocks_.end()) return 0;
+  uint64_t bytes = 0;
+  for (const HostChunk& chunk : it->second.chunks)
+    if (chunk.reserve) bytes += chunk.capacity;
+  return bytes;
 }
 
 }  // namespace fracgpu

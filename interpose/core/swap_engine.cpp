@@ -340,6 +340,7 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
     if (swapped_bytes_.load(std::memory_order_relaxed) == 0) gate_.open();
   });
   if (!ran) return 0;
+  publish_reserve_locked();  // after the moves were counted as swapped: never too low
   if (moved > 0) {
     staging_.set_keep_limit(moved);  // what a later swap-in may keep pinned for the next one
     log_swap_out(moved, monotonic_ns() - start);
@@ -421,6 +422,7 @@ bool SwapEngine::bring_back(CUdeviceptr va, Backed& b) noexcept {
     return false;
   }
   retired_hosts_.push_back({b.host, b.size});  // freed after the gate opens (unpinning is slow)
+  publish_reserve_locked();  // its reserve pieces count as reserve before they leave `swapped`
   b.host = nullptr;
   b.handle = handle;
   memory_.tenant().ledger().left_host(static_cast<uint32_t>(b.index), b.size);
@@ -444,14 +446,22 @@ void SwapEngine::swap_in_all() noexcept {
   // application's call.
 }
 
+// The entries leave retired_hosts_ only after their retirement, so that what the reserve
+// gets back is never missing from a publish_reserve_locked meanwhile.
 void SwapEngine::free_retired_hosts() noexcept {
   std::vector<std::pair<void*, uint64_t>> retired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    retired.swap(retired_hosts_);
+    retired = retired_hosts_;
   }
   const int64_t now = monotonic_ns();
   for (const auto& [host, size] : retired) staging_.retire(host, now);  // kept or unpinned
+  if (!retired.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(retired_hosts_, [&](const std::pair<void*, uint64_t>& entry) {
+      return std::find(retired.begin(), retired.end(), entry) != retired.end();
+    });
+  }
   staging_.trim(now);
 }
 
@@ -464,12 +474,14 @@ void SwapEngine::log_swap_out(uint64_t moved, int64_t elapsed_ns) const noexcept
   FRACGPU_LOG(LogLevel::kInfo,
               "moved %.1f MiB of tenant '%s' to host memory at the broker's request in %.3f s "
               "(%.1f GB/s); staging %.3f s: pinned after %.3f s by %u threads (%.3f s of thread "
-              "time, %.1f MiB reused), copies waited %.3f s for pinning and %.3f s to drain",
+              "time, %.1f MiB reused, %.1f MiB of them the swap reserve), copies waited %.3f s "
+              "for pinning and %.3f s to drain",
               static_cast<double>(moved) / (1 << 20), memory_.tenant().tenant().c_str(), seconds,
               seconds > 0 ? static_cast<double>(moved) / seconds / 1e9 : 0.0,
               static_cast<double>(s.total_ns) / 1e9, static_cast<double>(s.pin_wall_ns) / 1e9,
               s.threads, static_cast<double>(s.pin_thread_ns) / 1e9,
               static_cast<double>(s.reused_bytes) / (1 << 20),
+              static_cast<double>(s.reserve_bytes) / (1 << 20),
               static_cast<double>(s.stall_ns) / 1e9, static_cast<double>(s.drain_ns) / 1e9);
 }
 
@@ -507,6 +519,7 @@ void SwapEngine::serve_demands() noexcept {
     const uint64_t target = quota->devices[d].resident_target.load(std::memory_order_acquire);
     if (target != kNoResidentTarget) swap_out(static_cast<int>(d), target);
   }
+  if (keep_reserve()) return;  // grown by a step: the next look at once
   futex_wait_for(quota->devices[first].swap_word, word, kDemandPollNs);
 }
 

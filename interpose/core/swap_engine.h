@@ -24,6 +24,14 @@
 // handle's export goes); the importer's mapping keeps the physical memory alive until it
 // closes.
 //
+// The swap reserve (core/host_reserve.h): while the broker lets the tenant hold one
+// (DeviceQuota.host_reserve: for what it borrows), the swap thread pins host memory ahead,
+// up to that less what the tenant's other processes hold and at most this process's own
+// resident swappable bytes, 1 GiB per look, while no demand is open; a swap-out copies
+// into it first, at the host link's speed. What it holds is published in
+// TenantLedger.host_reserved (counted in the node's host budget), in the order the
+// segment's specification gives.
+//
 // Capture safety: a swap-out runs only while no stream capture is open in the process
 // (CaptureTracker::run_unless_capturing, which also keeps new captures from beginning
 // while it runs), from a thread in relaxed capture mode.
@@ -206,6 +214,13 @@ class SwapEngine final : public ShareableMemory {
   void serve_demands() noexcept;
   void free_retired_hosts() noexcept;
   void log_swap_out(uint64_t moved, int64_t elapsed_ns) const noexcept;
+  // The reserve (swap_reserve_keeper.cpp): one look of the swap thread; true when it grew
+  // (the thread looks again at once).
+  bool keep_reserve() noexcept;
+  std::optional<uint64_t> reserve_allowed() noexcept;
+  // Stores in the ledger what the reserve holds free, plus the reserve pieces of host copies
+  // waiting to be retired, plus `extra` (about to be pinned). Under mutex_.
+  void publish_reserve_locked(uint64_t extra = 0) noexcept;
   CUresult map_app_physical(CUdeviceptr va, const Backed& b, CUmemGenericAllocationHandle* handle);
 
   MemoryPolicy& memory_;
@@ -227,8 +242,9 @@ class SwapEngine final : public ShareableMemory {
   std::atomic<int8_t> exportable_[kMaxDevices] = {};
   std::atomic<uint64_t> pinned_bytes_{0};
   std::atomic<SharedFreeListener*> share_listener_{nullptr};
-  HostStaging staging_;       // the host copies: pinned and copied chunk by chunk
-  CopyOutStats round_stats_;  // under mutex_: the swap-out round's, for its log line
+  HostStaging staging_;          // the host copies: pinned and copied chunk by chunk
+  uint64_t reserve_logged_ = 0;  // swap thread: the reserve's size at its last log line
+  CopyOutStats round_stats_;     // under mutex_: the swap-out round's, for its log line
 };
 
 }  // namespace fracgpu

@@ -27,6 +27,13 @@ class TenantLink {
   // after its ledger was lost, tenant_segment.h): what holds slot pointers binds again.
   virtual uint32_t slot_generation() const { return 0; }
 
+  // This process's TenantLedger.host_reserved word (tenant_segment.h, "The swap reserve");
+  // null when the ledger carries none (a broker of minor < 6).
+  virtual std::atomic<uint64_t>* host_reserved_word() {
+    TenantLedger* l = ledger_map();
+    return l != nullptr && ledger_has_host_reserved(l->size) ? &l->host_reserved[slot()] : nullptr;
+  }
+
   // A forked child must register (and get a slot of its own) before it allocates or launches.
   virtual bool needs_registration() const = 0;
   virtual bool register_forked_child(std::string* error) = 0;

@@ -238,7 +238,7 @@ bool TenantSession::map_files(const std::string& quota_name, int ledger_fd, std:
 bool TenantSession::remap_ledger(int ledger_fd, std::string* error) {
   struct stat st {};
   if (::fstat(ledger_fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<std::size_t>(st.st_size) < sizeof(TenantLedger)) {
+      static_cast<std::size_t>(st.st_size) < kLedgerMinSize) {
     *error = "the broker's new ledger descriptor is not a ledger file";
     return false;
   }

@@ -62,6 +62,9 @@ class TenantSession : public TenantLink {
   // when the broker runs MPS (protocol.h, minor 1); an empty pipe_dir otherwise.
   const MpsClientSettings& mps() const { return mps_; }
   TenantLedger* ledger_map() override { return ledger_map_; }
+  std::atomic<uint64_t>* host_reserved_word() override {
+    return ledger_size_ >= sizeof(TenantLedger) ? TenantLink::host_reserved_word() : nullptr;
+  }
   ProcessHoldings& holdings() { return holdings_; }
 
   // In a child after fork(): drop the parent's connection; the child registers as a

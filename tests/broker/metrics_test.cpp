@@ -42,6 +42,7 @@ using testing::Exposition;
 using testing::kGiB;
 using testing::kMiB;
 using testing::Labels;
+using testing::MemoryTenant;
 
 constexpr const char* kUuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
 
@@ -57,6 +58,7 @@ const std::map<std::string, std::string> kTenantFamilies = {
     {"fracgpu_memory_used_bytes", "gauge"},
     {"fracgpu_memory_peak_bytes", "gauge"},
     {"fracgpu_memory_swapped_bytes", "gauge"},
+    {"fracgpu_memory_host_reserved_bytes", "gauge"},
     {"fracgpu_memory_allocation_refusals_total", "counter"},
     {"fracgpu_memory_burst_requests_total", "counter"},
     {"fracgpu_compute_held_seconds_total", "counter"},
@@ -189,6 +191,7 @@ TEST_F(Metrics, ValuesAreTheQuotaAndLedgerCounters) {
   EXPECT_EQ(e.value("fracgpu_memory_used_bytes", a), u.used.load());
   EXPECT_EQ(e.value("fracgpu_memory_peak_bytes", a), u.peak.load());
   EXPECT_EQ(e.value("fracgpu_memory_swapped_bytes", a), 0);
+  EXPECT_EQ(e.value("fracgpu_memory_host_reserved_bytes", a), 0);
   EXPECT_EQ(e.value("fracgpu_memory_allocation_refusals_total", a), 3);
   EXPECT_EQ(e.value("fracgpu_memory_burst_requests_total", a), 5);
   EXPECT_EQ(e.value("fracgpu_tenant_processes", a), 1);
@@ -276,6 +279,50 @@ TEST_F(Metrics, LabelValuesAreEscaped) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->labels.at("pod"), nasty);
   EXPECT_EQ(s->labels.at("namespace"), "ns\\x");
+}
+
+// The swap reserve its registered processes hold (tenant_segment.h minor 6); a slot the
+// tenant forged (no registration) is not counted.
+TEST_F(Metrics, HostReservedIsWhatItsRegisteredProcessesHold) {
+  allocate("alpha", 700 * kMiB);
+  Tenant* alpha = registry.find("alpha");
+  const auto self = ProcfsProcessPort().describe(::getpid());
+  ASSERT_TRUE(self.has_value());
+  const auto slot = ledger::find_live_slot(alpha->ledger(), ::getpid(), self->start_time);
+  ASSERT_TRUE(slot.has_value());
+  alpha->quota().devices[0].host_reserve = 512 * kMiB;
+  alpha->ledger().host_reserved[*slot] = 384 * kMiB;
+  Tenant* beta = registry.find("beta");
+  const auto forged = ledger::claim_slot(beta->ledger(), 99999, 1);
+  ASSERT_TRUE(forged.has_value());
+  beta->ledger().host_reserved[*forged] = kGiB;
+  const Exposition e = scrape();
+  EXPECT_EQ(e.value("fracgpu_memory_host_reserved_bytes", {{"tenant", "alpha"}}), 384 * kMiB);
+  EXPECT_EQ(e.value("fracgpu_memory_host_reserved_bytes", {{"tenant", "beta"}}), 0);
+}
+
+// A process holds its reserve for all its GPUs together: each GPU's series shows it up to
+// that GPU's reserve, in the quota's order, and what is held beyond the reserves (trimmed at
+// the processes' next look) on the first; the tenant's sum is exact.
+TEST(MetricsHostReserved, TheHeldReserveIsSplitOverTheTenantsGpus) {
+  MemoryTenant t{"t", 0, 16 * kGiB, 0};
+  t.quota->device_count = 2;
+  t.quota->devices[0].host_reserve = 1 * kGiB;
+  t.quota->devices[1].host_reserve = 2 * kGiB;
+  const auto other = ledger::claim_slot(*t.ledger, 1001, 1);
+  ASSERT_TRUE(other.has_value());
+  const std::vector<ProcessTracker::Watched> both = {{t.slot, 1000, 1}, {*other, 1001, 1}};
+  t.ledger->host_reserved[t.slot] = 2 * kGiB;
+  t.ledger->host_reserved[*other] = kGiB / 2;
+  EXPECT_EQ(host_reserved_bytes_by_gpu(*t.quota, *t.ledger, both, 2),
+            (std::vector<uint64_t>{1 * kGiB, 1 * kGiB + kGiB / 2}));
+  t.ledger->host_reserved[t.slot] = 3 * kGiB + kGiB / 2;
+  EXPECT_EQ(host_reserved_bytes_by_gpu(*t.quota, *t.ledger, both, 2),
+            (std::vector<uint64_t>{2 * kGiB, 2 * kGiB}))
+      << "1 GiB beyond the reserves";
+  t.ledger->size = static_cast<uint32_t>(kLedgerMinSize);  // the older layout: no reserve
+  EXPECT_EQ(host_reserved_bytes_by_gpu(*t.quota, *t.ledger, both, 2),
+            (std::vector<uint64_t>{0, 0}));
 }
 
 TEST(MetricsExposition, HandMadeSnapshotRoundTrips) {

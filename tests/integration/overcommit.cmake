@@ -5,13 +5,14 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_spin_client)
   # idle tenant (overcommit_test), a swap out and in under other tenants' launches and
   # allocations (_load), SIGKILLs in the middle of moves (_kill), the host budget (_budget),
   # every allocation route moved or reported pinned (_routes), the broker SIGKILLed while a
-  # tenant is on host (_broker_death). About 60 s on a loaded 2-core machine.
+  # tenant is on host (_broker_death), the swap reserve pinned ahead (_reserve). About 60 s
+  # on a loaded 2-core machine.
   # `timing`: the guarantee's "within 1 s plus the copy" (two tests) and the swap-in "within
   # one wait step" of the broker's death; under the sanitizers the same moves, with the
   # same data checks, stay covered by the other tests here (the kills, the budget, the
   # routes, the broker's death with the GPU full).
   fracgpu_broker_integration_test(fracgpu_overcommit_integration_tests
-    "overcommit_test.cpp;overcommit_load_test.cpp;overcommit_kill_test.cpp;overcommit_budget_test.cpp;overcommit_routes_test.cpp;overcommit_broker_death_test.cpp"
+    "overcommit_test.cpp;overcommit_load_test.cpp;overcommit_kill_test.cpp;overcommit_budget_test.cpp;overcommit_routes_test.cpp;overcommit_broker_death_test.cpp;overcommit_reserve_test.cpp"
     SERIAL TIMEOUT 120
     TIMING "Overcommit.AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDataSurvives:OvercommitLoad.*:OvercommitBrokerDeath.AWaitingBorrowerGetsItsMemoryBackWhenTheBrokerDies"
     PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_SPIN_CLIENT fracgpu_spin_client)

@@ -141,6 +141,7 @@ class FakeTenant : public TenantLink {
     d.memory_grant = grant;
     d.context_footprint = context_footprint;
     d.grant_word = make_grant_word(1, true, false);
+    ledger_map_->size = sizeof(TenantLedger);
     ledger_ = MemoryLedger(quota_.get(), ledger_map_.get(), 0);
   }
 

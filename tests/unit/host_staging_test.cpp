@@ -372,6 +372,85 @@ TEST_F(HostStagingTest, RetiringPastTheKeepLimitUnpins) {
   EXPECT_TRUE(driver.registered.empty());
 }
 
+// The swap reserve: slabs pinned ahead take a swap-out without a registration; what the
+// reserve does not cover is pinned as it goes; pieces come back at retire, release and on
+// every failure; whole free slabs are unpinned when the reserve shrinks.
+TEST_F(HostStagingTest, ASwapOutIntoTheReserveRegistersNothing) {
+  HostStaging staging(calls, nullptr, 2);
+  constexpr uint64_t kSlab = HostReserve::kSlabBytes;
+  ASSERT_EQ(staging.grow_reserve(kContext, 2 * kSlab), 2 * kSlab);
+  EXPECT_EQ(driver.registers, 2);
+  EXPECT_EQ(staging.reserve_free_bytes(), 2 * kSlab);
+  const uint64_t bytes = 100 * kMiB;
+  const CUdeviceptr va = device(bytes);
+  void* host = nullptr;
+  CopyOutStats stats;
+  ASSERT_EQ(staging.copy_out(kContext, va, bytes, &host, &stats), CUDA_SUCCESS);
+  EXPECT_EQ(driver.registers, 2) << "nothing pinned for the swap-out";
+  EXPECT_EQ(stats.reserve_bytes, bytes);
+  EXPECT_EQ(stats.reused_bytes, bytes);
+  EXPECT_EQ(staging.reserve_free_bytes(), 2 * kSlab - bytes);
+  EXPECT_EQ(staging.reserve_bytes_of(host), bytes);
+  EXPECT_TRUE(round_trips(staging, host));
+  staging.retire(host, 0);
+  EXPECT_EQ(staging.reserve_free_bytes(), 2 * kSlab);
+  EXPECT_EQ(driver.unregisters, 0) << "the reserve stays pinned";
+  EXPECT_EQ(staging.shrink_reserve(kSlab), kSlab);
+  EXPECT_EQ(staging.reserve_capacity(), kSlab);
+  EXPECT_EQ(staging.shrink_reserve(0), kSlab);
+  EXPECT_TRUE(driver.registered.empty());
+  EXPECT_EQ(driver.violations, 0);
+}
+
+TEST_F(HostStagingTest, WhatTheReserveDoesNotCoverIsPinnedAsItGoes) {
+  HostStaging staging(calls, nullptr, 2);
+  constexpr uint64_t kSlab = HostReserve::kSlabBytes;
+  ASSERT_EQ(staging.grow_reserve(kContext, kSlab), kSlab);
+  const uint64_t bytes = kSlab + 36 * kMiB;
+  const CUdeviceptr va = device(bytes);
+  void* host = nullptr;
+  CopyOutStats stats;
+  ASSERT_EQ(staging.copy_out(kContext, va, bytes, &host, &stats), CUDA_SUCCESS);
+  EXPECT_EQ(stats.reserve_bytes, kSlab);
+  EXPECT_GT(driver.registers, 1);
+  EXPECT_EQ(staging.reserve_free_bytes(), 0u);
+  EXPECT_TRUE(round_trips(staging, host));
+  staging.release(host);  // the allocation was freed while on host
+  EXPECT_EQ(staging.reserve_free_bytes(), kSlab);
+  EXPECT_EQ(driver.registered.size(), 1u) << "only the reserve's slab is still pinned";
+  staging.shrink_reserve(0);
+  EXPECT_TRUE(driver.registered.empty());
+  EXPECT_EQ(driver.violations, 0);
+}
+
+TEST_F(HostStagingTest, AFailedSwapOutGivesTheReservePiecesBack) {
+  HostStaging staging(calls, nullptr, 2);
+  constexpr uint64_t kSlab = HostReserve::kSlabBytes;
+  ASSERT_EQ(staging.grow_reserve(kContext, kSlab), kSlab);
+  driver.fail_copy_at = 0;  // the one piece's copy
+  const CUdeviceptr va = device(40 * kMiB);
+  void* host = nullptr;
+  EXPECT_EQ(staging.copy_out(kContext, va, 40 * kMiB, &host, nullptr), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(host, nullptr);
+  EXPECT_EQ(staging.reserve_free_bytes(), kSlab);
+  EXPECT_EQ(driver.registered.size(), 1u);
+  EXPECT_EQ(driver.unregisters, 0);
+  staging.shrink_reserve(0);
+  expect_unwound();
+}
+
+TEST_F(HostStagingTest, GrowingTheReserveStopsWhereRegistrationFails) {
+  HostStaging staging(calls, nullptr, 1);
+  constexpr uint64_t kSlab = HostReserve::kSlabBytes;
+  driver.fail_register_at = 1;  // the second slab
+  const uint64_t added = staging.grow_reserve(kContext, 4 * kSlab);
+  EXPECT_LT(added, 4 * kSlab);
+  EXPECT_EQ(added, driver.registered.size() * kSlab) << "what is in the reserve is pinned";
+  EXPECT_EQ(staging.reserve_capacity(), added);
+  staging.shrink_reserve(0);
+  expect_unwound();
+}
+
 TEST_F(HostStagingTest, AForkedChildForgetsTheParentsCopies) {
   HostStaging staging(calls, nullptr, 2);
   const CUdeviceptr va = device(8 * kMiB);

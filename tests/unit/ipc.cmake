@@ -14,8 +14,10 @@ target_link_libraries(fracgpu_app_vmm_unit_tests PRIVATE
 gtest_discover_tests(fracgpu_app_vmm_unit_tests PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 30)
 
 # The swap-out's host staging (interpose/core/host_staging.*) over a fake driver port: chunks
-# pinned by the workers and copied in order, every failure unwound, kept chunks reused.
-add_executable(fracgpu_host_staging_unit_tests ${CMAKE_CURRENT_LIST_DIR}/host_staging_test.cpp)
+# pinned by the workers and copied in order, every failure unwound, kept chunks reused; the
+# swap reserve's book (interpose/core/host_reserve.*) and swap-outs into it.
+add_executable(fracgpu_host_staging_unit_tests ${CMAKE_CURRENT_LIST_DIR}/host_staging_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/host_reserve_test.cpp)
 target_link_libraries(fracgpu_host_staging_unit_tests PRIVATE
   fracgpu_shim_core GTest::gtest_main fracgpu_warnings fracgpu_sanitizers)
 gtest_discover_tests(fracgpu_host_staging_unit_tests PROPERTIES LABELS "unit" DISCOVERY_TIMEOUT 30)

@@ -64,6 +64,30 @@ def swapped_of(b, name):
     return devs[0].get("memory_swapped", 0) if devs else 0
 
 
+def reserved_of(b, name):
+    """The bytes of host memory the tenant's processes hold pinned ahead (the swap reserve)."""
+    t = b.tenant(name) or {}
+    devs = t.get("devices", [])
+    if "host_reserved" in t:
+        return t["host_reserved"]
+    return sum(d.get("host_reserved", 0) for d in devs)
+
+
+def wait_reserve(b, name, limit=90):
+    """Waits until the tenant's swap reserve stops growing (2 s unchanged, not 0): its size
+    and the seconds it took to pin."""
+    t0 = time.time()
+    last, since = -1, time.time()
+    while time.time() - t0 < limit:
+        now = reserved_of(b, name)
+        if now != last:
+            last, since = now, time.time()
+        elif now > 0 and time.time() - since >= 2:
+            break
+        time.sleep(0.2)
+    return {"reserve_gib": round(max(last, 0) / GIB, 2), "reserve_s": round(since - t0, 2)}
+
+
 def host_link(b):
     code = ("import torch,time,json\n"
             "n=8<<30; d=torch.empty(n,dtype=torch.uint8,device='cuda'); h=torch.empty(n,dtype=torch.uint8).pin_memory()\n"
@@ -92,6 +116,9 @@ def borrow_and_guarantee(b, phase, alloc_conf, gib=100):
     ready = wait_json(b, tag, "ready", 120)
     if not ready:
         raise RuntimeError(f"borrower not ready: {b.last_json(tag)}")
+    # The borrower's swap reserve is pinned in the background once it borrows: the guaranteed
+    # tenant comes after it is built (the case it is for: a borrower that has run a while).
+    reserve = wait_reserve(b, f"{phase}b") if b.cfg.reserve_wait else {}
     b.cli("tenant", "create", f"{phase}g", "--owner", "0", "--memory", "40GiB",
           "--memory-request", "40GiB", check=True)
     t0 = time.time()
@@ -101,7 +128,7 @@ def borrow_and_guarantee(b, phase, alloc_conf, gib=100):
     waited = time.time() - t0
     swapped = swapped_of(b, f"{phase}b")
     result = {"alloc_conf": alloc_conf or "native", "guarantee_s": round(waited, 2),
-              "got": bool(got), "swapped_gib": round(swapped / GIB, 2)}
+              "got": bool(got), "swapped_gib": round(swapped / GIB, 2), **reserve}
     os.killpg(grab.pid, 9)
     grab.wait()
     b.cli("tenant", "delete", f"{phase}g")
@@ -119,7 +146,9 @@ def phase_a(b):
     r = borrow_and_guarantee(b, "a", "")
     b.data["guarantee"] = r
     b.row("a", "guaranteed 38 GiB obtained next to a 100 GiB borrower", r["got"],
-          f"{r['guarantee_s']} s, borrower moved {r['swapped_gib']} GiB to host")
+          f"{r['guarantee_s']} s, borrower moved {r['swapped_gib']} GiB to host"
+          + (f" (its swap reserve: {r['reserve_gib']} GiB pinned in {r['reserve_s']} s before)"
+             if "reserve_gib" in r else ""))
     b.row("a", "borrower's data intact after swap-in, training resumed",
           r.get("intact") is True and r.get("trained") is True,
           f"resume {r.get('resume_s')} s for {r['swapped_gib']} GiB")
@@ -282,6 +311,8 @@ def arguments(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/fracgpu-overcommit-out"))
     ap.add_argument("--budget", type=int, default=540)
     ap.add_argument("--only", default="l a b c t")
+    ap.add_argument("--no-reserve-wait", dest="reserve_wait", action="store_false",
+                    help="admit the guaranteed tenant without waiting for the borrower's swap reserve")
     ap.add_argument("--launch-backend", choices=["ptx", "torch", "auto"], default="auto",
                     help="phase c's launch loop: ctypes + PTX, PyTorch add_, or ptx then torch")
     t = ap.add_argument_group("phase t")
