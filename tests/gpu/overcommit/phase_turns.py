@@ -69,6 +69,7 @@ class View:
     def __init__(self, b, names):
         self.b, self.names = b, names
         self.peak_swapped = 0
+        self.peak_host = 0  # swapped + the swap reserves pinned ahead: all pinned host memory
         self.min_available = None
         self.samples = 0
         self._stop = threading.Event()
@@ -80,13 +81,17 @@ class View:
         for g in st.get("gpus", []):
             cap = cap or g.get("memory_capacity", 0)
         out = {}
+        outside = 0  # the competing tenant's (and any other's) memory: not the turns' to use
         for t in st.get("tenants", []):
+            if t.get("name") not in self.names and t.get("devices"):
+                outside += t["devices"][0].get("memory_used", 0)
             if t.get("name") in self.names and t.get("devices"):
                 d = t["devices"][0]
                 pinned = d.get("memory_pinned", d.get("pinned"))
                 out[t["name"]] = {"used": d.get("memory_used", 0), "swapped": d.get("memory_swapped", 0),
+                                  "reserved": t.get("host_reserved", 0),
                                   "pinned": pinned, "procs": len(t.get("processes", []))}
-        return cap, out
+        return (cap - outside if cap > outside else 0) if cap else cap, out
 
     def settlements(self):
         """{tenant: number of 'idle, ... is on host now' lines} in the current broker log."""
@@ -116,6 +121,8 @@ class View:
                 continue
             self.samples += 1
             self.peak_swapped = max(self.peak_swapped, sum(d["swapped"] for d in devs.values()))
+            self.peak_host = max(self.peak_host,
+                                 sum(d["swapped"] + d.get("reserved", 0) for d in devs.values()))
             avail = self.host_available()
             if avail is not None:
                 self.min_available = avail if self.min_available is None else min(self.min_available, avail)
@@ -344,11 +351,12 @@ class Turns:
             b.row("t", f"{n} ({self.modes[n]}) memory not swappable", True,
                   f"its idle pass settled with {gib:.1f} GiB still on the GPU (reported, not a failure)")
         v = self.view
-        b.row("t", "host memory peak (status: memory_swapped of all tenants)", True,
-              f"{v.peak_swapped / GIB:.1f} GiB on host at most (budget {self.cfg.turn_host_budget} GiB), "
+        b.row("t", "host memory peak (status: memory_swapped and host_reserved of all tenants)", True,
+              f"{v.peak_swapped / GIB:.1f} GiB on host at most, {v.peak_host / GIB:.1f} GiB with the swap "
+              f"reserves (budget {self.cfg.turn_host_budget} GiB), "
               f"host MemAvailable at least {(v.min_available or 0) / GIB:.1f} GiB, {v.samples} samples")
         b.data["turns"] = {"turns": self.turns, "waits": self.waits, "finals": finals, "reference": ref,
-                           "pinned_gib": self.pinned, "peak_swapped": v.peak_swapped,
+                           "pinned_gib": self.pinned, "peak_swapped": v.peak_swapped, "peak_host": v.peak_host,
                            "min_available": v.min_available, "modes": self.modes}
 
 
@@ -359,6 +367,10 @@ def phase_t(b, cfg):
     b.ensure_broker(("--swap-idle-after", str(cfg.turn_idle_after),
                      "--swap-host-budget", f"{cfg.turn_host_budget}GiB"))
     tu.view.start()
+    # Next to a competing tenant (24 GiB, compute 50, matmuls) for the whole phase: the turns
+    # share the GPU's compute and its memory with it.
+    compete = getattr(cfg, "turn_competitor", False) and hasattr(b, "competitor")
+    comp = b.competitor("t-competitor", 420) if compete else None
     try:
         ref_proc = tu.start_reference()  # small and native: it runs while the tenants start
         tu.start_tenants()
@@ -377,5 +389,7 @@ def phase_t(b, cfg):
         finals = tu.finals()
     finally:
         tu.view.stop()
+        if comp is not None:
+            b.finish(comp, 1)
     tu.report(ref, finals)
     return tu

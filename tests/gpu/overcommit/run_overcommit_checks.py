@@ -322,6 +322,8 @@ def arguments(argv=None):
     t.add_argument("--turn-host-budget", type=int, default=100,
                    help="--swap-host-budget of the broker, GiB: >= 2 W + 2, < 3 W (default 100)")
     t.add_argument("--turn-idle-after", type=float, default=2.0, help="--swap-idle-after of the broker (s)")
+    t.add_argument("--no-turn-competitor", dest="turn_competitor", action="store_false",
+                   help="run the turns without the competing matmul tenant (24 GiB, compute 50)")
     t.add_argument("--turn-steps", type=int, default=300, help="training steps per turn")
     t.add_argument("--turn-rounds", type=int, default=2, help="turns per tenant (T1 T2 T3, this many times)")
     t.add_argument("--turn-alloc", default="default,default,default",
