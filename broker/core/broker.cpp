@@ -23,6 +23,7 @@
 
 #include "common/logging.h"
 #include "core/admission.h"
+#include "core/host_memory.h"
 #include "core/ledger_ops.h"
 #include "core/process_tracker.h"
 #include "core/quantity_parser.h"
@@ -142,7 +143,9 @@ Status Broker::start() {
   enforcer_ = std::make_unique<GuaranteeEnforcer>(
       EnforcerConfig{.host_budget = options_.swap_host_budget_bytes,
                      .kill_unswappable = options_.reclaim == "kill",
-                     .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9)},
+                     .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9),
+                     .reserve_floor = options_.swap_reserve_floor_bytes,
+                     .host_available = [] { return mem_available(); }},
       [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
   audit_->note_grants();  // the grants as restored: the books check's starting record
   ComputeConfig compute_config = options_.compute;

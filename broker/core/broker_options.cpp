@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/host_memory.h"
 #include "core/metrics_server.h"
 #include "core/quantity_parser.h"
 #include "fracgpu/paths.h"
@@ -90,6 +91,10 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   app.add_option("--swap-host-budget", o.swap_host_budget,
                  "Host memory all tenants' swapped memory may take together (default auto: half "
                  "of the node's memory; 0 = never swap)");
+  app.add_option("--swap-reserve-floor", o.swap_reserve_floor,
+                 "Swap reserves (host memory pinned ahead for borrowers' swap-outs, within the "
+                 "host budget) leave at least this much of the node's memory available (default "
+                 "auto: an eighth of it)");
   app.add_option("--reclaim", o.reclaim,
                  "A borrower whose memory a guarantee needs and that cannot move it to host: "
                  "swap (default: report it) or kill (SIGKILL its processes, as the kubelet "
@@ -148,12 +153,18 @@ Status resolve_broker_options(BrokerOptions& o) {
       AuditOptions{o.nvml, o.audit_interval_ms,
                    o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog, *tolerance};
   if (o.swap_host_budget == "auto") {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    o.swap_host_budget_bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 2 : 0;
+    o.swap_host_budget_bytes = node_memory_bytes() / 2;
   } else {
     auto budget = parse_size_allow_zero(o.swap_host_budget, "--swap-host-budget");
     if (!budget) return Status::failure(budget.error() + " (or auto)");
     o.swap_host_budget_bytes = *budget;
+  }
+  if (o.swap_reserve_floor == "auto") {
+    o.swap_reserve_floor_bytes = node_memory_bytes() / 8;
+  } else {
+    auto floor = parse_size_allow_zero(o.swap_reserve_floor, "--swap-reserve-floor");
+    if (!floor) return Status::failure(floor.error() + " (or auto)");
+    o.swap_reserve_floor_bytes = *floor;
   }
   if (o.reclaim != "swap" && o.reclaim != "kill")
     return Status::failure("--reclaim must be swap or kill");

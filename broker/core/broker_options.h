@@ -52,9 +52,10 @@ struct BrokerOptions {
   std::string audit_tolerance = "64MiB";   // SIZE, the floor of the tolerance
   // Overcommit (docs/configuration.md, "Swap"): host memory for tenants' swapped memory,
   // and what happens to a borrower whose memory cannot move.
-  std::string swap_host_budget = "auto";  // SIZE, or auto = half of the node's memory
-  std::string reclaim = "swap";           // swap | kill
-  double swap_idle_after_s = 0;           // move idle swappable tenants to host; 0 = never
+  std::string swap_host_budget = "auto";    // SIZE, or auto = half of the node's memory
+  std::string reclaim = "swap";             // swap | kill
+  double swap_idle_after_s = 0;             // move idle swappable tenants to host; 0 = never
+  std::string swap_reserve_floor = "auto";  // SIZE, or auto = an eighth of the node's memory
 
   // Filled by resolve_broker_options.
   uint64_t reserve_bytes = 0;
@@ -62,6 +63,7 @@ struct BrokerOptions {
   ComputeConfig compute;
   AuditOptions audit;
   uint64_t swap_host_budget_bytes = 0;
+  uint64_t swap_reserve_floor_bytes = 0;
 };
 
 // Adds the broker flags to `app`. `with_run_dir` is false for `fracgpu broker`, whose

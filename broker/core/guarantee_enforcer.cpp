@@ -98,8 +98,22 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
       auto d = demands_.find(key(m.name, q.host_index));
       return d != demands_.end() && used > d->second.target ? used - d->second.target : 0;
     };
-  reserves_.plan(all, budget_left, moving);
+  reserves_.plan(all, reserve_room(all, budget_left), moving);
   return changed;
+}
+
+// What the reserves may hold together: what the moves left of the budget, and no more than
+// keeps the node's available memory above the floor. The reserves held now are pinned, not
+// available: they count as room of their own (a node below the floor shrinks them).
+uint64_t GuaranteeEnforcer::reserve_room(std::span<const ArbiterMember> all,
+                                         uint64_t budget_left) const {
+  if (budget_left == 0 || !config_.host_available) return budget_left;
+  const std::optional<uint64_t> available = config_.host_available();
+  if (!available) return budget_left;
+  uint64_t held = 0;
+  for (const auto& m : all) held += ledger::live_host_reserved(*m.ledger);
+  const uint64_t room = held + *available;
+  return std::min(budget_left, room > config_.reserve_floor ? room - config_.reserve_floor : 0);
 }
 
 // A met demand: the grant comes down to what the borrower now holds, the demand goes.

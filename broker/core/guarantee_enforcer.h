@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ struct EnforcerConfig {
   int64_t grace_ns = 1'000'000'000;    // beyond the copy time a demand may take
   double copy_bytes_per_second = 4e9;  // a conservative host-link figure for the deadline
   int64_t idle_after_ns = 0;           // --swap-idle-after; 0 = idle tenants stay resident
+  // The swap reserves are pinned ahead of any need, so they also leave the node this much
+  // available memory (MemAvailable): a budget that fits only when little is on host must
+  // not starve the node's processes with memory pinned for moves that may never come.
+  // Moves themselves are bounded by the budget alone (the operator's promise).
+  uint64_t reserve_floor = 0;
+  // The node's available memory now (MemAvailable); empty function or nullopt: unknown,
+  // then only the budget bounds the reserves.
+  std::function<std::optional<uint64_t>()> host_available = {};
 };
 
 struct SwapDemand {
@@ -96,6 +105,7 @@ class GuaranteeEnforcer {
   bool enforce_gpu(std::span<const ArbiterMember> all, const MemoryArbiter& arbiter, uint32_t gpu,
                    int64_t now_ns, uint64_t* budget_left);
   bool settle(const Holding& h, int64_t now_ns);
+  uint64_t reserve_room(std::span<const ArbiterMember> all, uint64_t budget_left) const;
   void demand(const Holding& h, uint64_t take, int64_t now_ns, uint64_t* budget_left);
   // Books a move of `bytes` of h's tenant to host in the budget; false when it does not fit.
   bool book_move(const Holding& h, uint64_t bytes, uint64_t* budget_left);

@@ -83,6 +83,8 @@ TEST_F(CliSwapTest, ABadBrokerSwapFlagIsRefusedAndChangesNothing) {
       {{"--swap-host-budget", "-1GiB"}, "--swap-host-budget"},
       {{"--swap-host-budget", ""}, "--swap-host-budget"},
       {{"--swap-host-budget", "half"}, "--swap-host-budget"},
+      {{"--swap-reserve-floor", "8XB"}, "--swap-reserve-floor"},
+      {{"--swap-reserve-floor", "-1GiB"}, "--swap-reserve-floor"},
       {{"--swap-idle-after", "abc"}, "--swap-idle-after"},
       {{"--swap-idle-after", "-1"}, "--swap-idle-after"},
       {{"--swap-idle-after", ""}, "--swap-idle-after"},

@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/gpu_inventory.h"
@@ -298,6 +299,36 @@ TEST(ReserveBudget, TheEnforcerTicksWhileATenantThatMaySwapBorrows) {
   no_budget.tick(members({&other}), arbiter, 0);
   EXPECT_FALSE(no_budget.busy()) << "no host budget, no reserve to follow";
   EXPECT_EQ(reserve_of(other), 0u);
+}
+
+// The reserves leave the node's available memory above the floor: with 64 GiB of budget but
+// 6 GiB available and a floor of 4 GiB, a borrower of 12 GiB may pin 2 GiB; once it holds
+// them (they are no longer available) the room stays 2 GiB; when the node has less than the
+// floor available, the reserve shrinks by the shortfall; a node that does not say leaves
+// the budget alone.
+TEST(ReserveFloor, ReservesLeaveTheNodesAvailableMemoryAboveTheFloor) {
+  MemoryArbiter arbiter{{16 * kGiB}};
+  MemoryTenant borrower = holder("borrower", 0, 12 * kGiB, 0, kSwapAllow, PriorityClass::kLow);
+  std::optional<uint64_t> available = 6 * kGiB;
+  EnforcerConfig config{64 * kGiB, false};
+  config.reserve_floor = 4 * kGiB;
+  config.host_available = [&] { return available; };
+  GuaranteeEnforcer enforcer{config, nullptr};
+  enforcer.tick(members({&borrower}), arbiter, 0);
+  EXPECT_EQ(reserve_of(borrower), 2 * kGiB);
+
+  borrower.ledger->host_reserved[borrower.slot] = 2 * kGiB;  // pinned: 4 GiB available now
+  available = 4 * kGiB;
+  enforcer.tick(members({&borrower}), arbiter, kSecond / 10);
+  EXPECT_EQ(reserve_of(borrower), 2 * kGiB) << "what it holds is room of its own";
+
+  available = 3 * kGiB;  // the node's processes grew: 1 GiB below the floor
+  enforcer.tick(members({&borrower}), arbiter, kSecond / 5);
+  EXPECT_EQ(reserve_of(borrower), 1 * kGiB);
+
+  available = std::nullopt;  // unknown: the budget alone
+  enforcer.tick(members({&borrower}), arbiter, kSecond / 2);
+  EXPECT_EQ(reserve_of(borrower), 12 * kGiB);
 }
 
 // ---- Slots ----
