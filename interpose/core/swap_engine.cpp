@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/context_scope.h"
 #include "core/shim_log.h"
 #include "fracgpu/futex_word.h"
 #include "fracgpu/monotonic_clock.h"
@@ -38,23 +39,6 @@ CUmemAllocationProp device_prop(CUdevice ordinal, bool exportable = false) {
   if (exportable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   return prop;
 }
-
-// Pushes `ctx` for the scope (the swap thread has no current context of its own).
-class ContextScope {
- public:
-  ContextScope(const DriverCalls& calls, CUcontext ctx) : calls_(calls) {
-    pushed_ = ctx != nullptr && calls_.cuCtxPushCurrent != nullptr &&
-              calls_.cuCtxPushCurrent(ctx) == CUDA_SUCCESS;
-  }
-  ~ContextScope() {
-    CUcontext popped = nullptr;
-    if (pushed_) calls_.cuCtxPopCurrent(&popped);
-  }
-
- private:
-  const DriverCalls& calls_;
-  bool pushed_ = false;
-};
 
 // Whether the device could give `bytes` of physical memory now: created and released at
 // once (only when no broker answers a swap-in, reserve_back).

@@ -10,6 +10,7 @@
 // kGrowStep per look, so that a demand waits at most one step for the swap thread.
 #include <algorithm>
 
+#include "core/context_scope.h"
 #include "core/shim_log.h"
 #include "core/swap_engine.h"
 
@@ -86,7 +87,11 @@ bool SwapEngine::keep_reserve() noexcept {
         }
       if (context != nullptr) publish_reserve_locked(step);
     }
-    grew = context != nullptr && staging_.grow_reserve(context, step) == step;
+    if (context != nullptr) {
+      // This thread pins what no worker has claimed yet: the context must be current here too.
+      ContextScope scope(calls_, context);
+      grew = staging_.grow_reserve(context, step) == step;
+    }
   } else if (free > allowed + kSlab / 2) {
     staging_.shrink_reserve(allowed);  // whole free slabs only: pieces in use stay
   }
