@@ -34,7 +34,8 @@
 // keeps captures from beginning meanwhile (CaptureTracker::run_unless_capturing).
 //
 // Cost: nothing on the application's calls; per swap-out, one stream creation and one
-// registration and one copy per chunk; per swap-in, one synchronous copy per chunk.
+// registration and one copy per chunk; per swap-in, one stream creation and one queued copy per
+// chunk, synchronised once.
 #pragma once
 
 #include <cuda.h>

@@ -42,13 +42,28 @@ CUresult HostStaging::copy_in(void* host, CUdeviceptr va) noexcept {
     if (it == blocks_.end()) return CUDA_ERROR_INVALID_VALUE;
     chunks = it->second.chunks;
   }
+  // One stream for all of it, one synchronisation at the end: a copy per chunk (a piece of
+  // the reserve may be a single 2 MiB granule) then costs its launch, not a round trip.
+  CUstream stream = nullptr;
+  if (calls_.cuStreamCreate != nullptr && calls_.cuMemcpyHtoDAsync != nullptr &&
+      calls_.cuStreamSynchronize != nullptr && calls_.cuStreamDestroy != nullptr &&
+      calls_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+    stream = nullptr;
+  CUresult rc = CUDA_SUCCESS;
   uint64_t offset = 0;
   for (const HostChunk& chunk : chunks) {
-    if (CUresult rc = calls_.cuMemcpyHtoD(va + offset, chunk.base, chunk.bytes); rc != CUDA_SUCCESS)
-      return rc;
+    rc = stream != nullptr ? calls_.cuMemcpyHtoDAsync(va + offset, chunk.base, chunk.bytes, stream)
+                           : calls_.cuMemcpyHtoD(va + offset, chunk.base, chunk.bytes);
+    if (rc != CUDA_SUCCESS) break;
     offset += chunk.bytes;
   }
-  return CUDA_SUCCESS;
+  if (stream != nullptr) {
+    // Also after a failure: nothing may still read the host copy when the caller reacts.
+    const CUresult synced = calls_.cuStreamSynchronize(stream);
+    calls_.cuStreamDestroy(stream);
+    if (rc == CUDA_SUCCESS) rc = synced;
+  }
+  return rc;
 }
 
 void HostStaging::free_chunk(const HostChunk& chunk) noexcept {

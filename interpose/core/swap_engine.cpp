@@ -312,7 +312,9 @@ uint64_t SwapEngine::swap_out(int index, uint64_t target) noexcept {
       // then stop moving, the swap thread looks at the new demand next.
       if (quota.resident_target.load(std::memory_order_acquire) != target) break;
       Backed& b = backed_[va];
-      if (!move_to_host(va, b)) {
+      const bool moved_one = move_to_host(va, b);
+      if (moved_one) publish_reserve_locked();  // what left the reserve is swapped now
+      if (!moved_one) {
         FRACGPU_LOG_CAPPED(LogLevel::kWarn, 8,
                            "cannot move %llu bytes at 0x%llx to host memory; they stay on the GPU",
                            static_cast<unsigned long long>(b.size),

@@ -46,6 +46,7 @@ struct FakeHostDriver {
   bool fail_sync = false;
   unsigned stream_flags = ~0u;
   int streams_created = 0, streams_destroyed = 0;
+  int async_copies_in = 0;
   int violations = 0;  // a copy into unpinned memory, an unregister under a queued copy,
                        // a registration without the context, an overlapping registration
 };
@@ -139,6 +140,13 @@ CUresult fake_copy_in(CUdeviceptr dst, const void* src, size_t bytes) {
   std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
   return CUDA_SUCCESS;
 }
+CUresult fake_copy_in_async(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
+  std::lock_guard<std::mutex> lock(g->mutex);
+  if (stream != kStream || !pinned(src, bytes)) ++g->violations;
+  g->queued.push_back({reinterpret_cast<void*>(dst), src, bytes});  // runs at the sync
+  ++g->async_copies_in;
+  return CUDA_SUCCESS;
+}
 CUresult fake_push(CUcontext ctx) {
   t_current = ctx;
   return CUDA_SUCCESS;
@@ -169,6 +177,7 @@ class HostStagingTest : public ::testing::Test {
     calls.cuMemcpyDtoHAsync = fake_copy_async;
     calls.cuMemcpyDtoH = fake_copy_sync;
     calls.cuMemcpyHtoD = fake_copy_in;
+    calls.cuMemcpyHtoDAsync = fake_copy_in_async;
     calls.cuCtxPushCurrent = fake_push;
     calls.cuCtxPopCurrent = fake_pop;
     t_current = kContext;  // the swap engine's ContextScope
@@ -391,7 +400,10 @@ TEST_F(HostStagingTest, ASwapOutIntoTheReserveRegistersNothing) {
   EXPECT_EQ(stats.reused_bytes, bytes);
   EXPECT_EQ(staging.reserve_free_bytes(), 2 * kSlab - bytes);
   EXPECT_EQ(staging.reserve_bytes_of(host), bytes);
+  const int queued_before = driver.async_copies_in;
   EXPECT_TRUE(round_trips(staging, host));
+  EXPECT_EQ(driver.async_copies_in - queued_before, 2) << "a queued copy per piece, one sync";
+  EXPECT_TRUE(driver.queued.empty());
   staging.retire(host, 0);
   EXPECT_EQ(staging.reserve_free_bytes(), 2 * kSlab);
   EXPECT_EQ(driver.unregisters, 0) << "the reserve stays pinned";
