@@ -43,6 +43,17 @@ class OvercommitReserve : public OvercommitFixture {
     wait_until([&] { return reserved(name) == bytes; }, limit);
     return reserved(name) == bytes;
   }
+  // A borrower of 1 GiB (+ its context), waited for until its reserve covers its swappable
+  // 1 GiB (a failure of the test otherwise).
+  std::unique_ptr<BackgroundProcess> start_reserved_borrower() {
+    borrower_tenant("borrower");
+    auto borrower = start_pattern("borrower", kBorrowed, kChunk, "go");
+    if (HasFailure()) return borrower;
+    EXPECT_TRUE(wait_reserved("borrower", kBorrowed, std::chrono::seconds(10)))
+        << reserved("borrower") << "\n"
+        << broker_log() << borrower->err();
+    return borrower;
+  }
   // The borrower's swap-out lines: MiB moved and MiB of them copied into the reserve.
   static std::vector<std::pair<double, double>> moves(const std::string& log) {
     static const std::regex line(
@@ -56,13 +67,8 @@ class OvercommitReserve : public OvercommitFixture {
 };
 
 TEST_F(OvercommitReserve, AGuaranteeIsMetByCopiesIntoTheBorrowersReserve) {
-  borrower_tenant("borrower");
-  auto borrower = start_pattern("borrower", kBorrowed, kChunk, "go");
+  auto borrower = start_reserved_borrower();
   ASSERT_FALSE(HasFailure());
-  // It borrows 1 GiB + its context: the reserve covers its swappable 1 GiB.
-  ASSERT_TRUE(wait_reserved("borrower", kBorrowed, std::chrono::seconds(10)))
-      << reserved("borrower") << "\n"
-      << broker_log() << borrower->err();
   // (What status shows is announced before it is pinned: the shim's line comes after.)
   const std::string pinned = "swap reserve of tenant 'borrower': 1024.0 MiB";
   wait_until([&] { return borrower->err().find(pinned) != std::string::npos; },
@@ -132,12 +138,8 @@ TEST_F(OvercommitReserve, TheReserveStaysWithinTheHostBudgetAndGoesWhenBorrowing
 }
 
 TEST_F(OvercommitReserve, AKilledBorrowersReserveLeavesTheBooks) {
-  borrower_tenant("borrower");
-  auto borrower = start_pattern("borrower", kBorrowed, kChunk, "go");
+  auto borrower = start_reserved_borrower();
   ASSERT_FALSE(HasFailure());
-  ASSERT_TRUE(wait_reserved("borrower", kBorrowed, std::chrono::seconds(10)))
-      << reserved("borrower") << "\n"
-      << broker_log() << borrower->err();
   borrower->kill_now(SIGKILL);
   borrower->wait(std::chrono::seconds(5));
   EXPECT_TRUE(wait_reserved("borrower", 0, std::chrono::seconds(5))) << reserved("borrower");
