@@ -79,6 +79,8 @@ set(FRACGPU_UNITY_SEPARATE
   tests/broker/books_check_test.cpp
   tests/broker/crash_consistency_test.cpp
   tests/broker/gpu_scheduler_mps_test.cpp
+  tests/broker/state_recovery_test.cpp
+  tests/broker/swap_reserve_test.cpp
   tests/broker/top_test.cpp
   tests/broker/unresponsive_tenant_test.cpp
   tests/broker/violation_log_test.cpp
@@ -87,8 +89,10 @@ set(FRACGPU_UNITY_SEPARATE
   tests/integration/overcommit_broker_death_test.cpp
   tests/integration/overcommit_budget_test.cpp
   tests/integration/overcommit_kill_test.cpp
+  tests/integration/overcommit_reserve_test.cpp
   tests/k8s/slice_classes_test.cpp
-  tests/unit/capture_tracker_test.cpp)
+  tests/unit/capture_tracker_test.cpp
+  tests/unit/host_reserve_test.cpp)
 set(FRACGPU_UNITY_OFF_TARGETS fracgpu_deviceplugin_proto)
 
 # Source properties belong to a directory: applied, once every directory is known (deferred
