@@ -9,6 +9,7 @@
 #include "core/ledger_ops.h"
 #include "core/quantity_parser.h"
 #include "fracgpu/futex_word.h"
+#include "fracgpu/ledger_protocol.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -98,7 +99,7 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
       auto d = demands_.find(key(m.name, q.host_index));
       return d != demands_.end() && used > d->second.target ? used - d->second.target : 0;
     };
-  reserves_.plan(all, reserve_room(all, budget_left), moving);
+  reserves_.plan(all, budget_left, moving, [&](uint64_t left) { return reserve_room(all, left); });
   return changed;
 }
 
@@ -111,7 +112,7 @@ uint64_t GuaranteeEnforcer::reserve_room(std::span<const ArbiterMember> all,
   const std::optional<uint64_t> available = config_.host_available();
   if (!available) return budget_left;
   uint64_t held = 0;
-  for (const auto& m : all) held += ledger::live_host_reserved(*m.ledger);
+  for (const auto& m : all) held += ledger_protocol::live_host_reserved(*m.ledger);
   const uint64_t room = held + *available;
   return std::min(budget_left, room > config_.reserve_floor ? room - config_.reserve_floor : 0);
 }
@@ -230,7 +231,7 @@ bool GuaranteeEnforcer::book_move(const Holding& h, uint64_t bytes, uint64_t* bu
   const uint64_t taken = mine != moved_.end() ? mine->second : 0;
   if (bytes > *budget_left) {
     // Read only here: a demand that fits the budget needs no scan of the reserve words.
-    const uint64_t held = ledger::live_host_reserved(*ledger);
+    const uint64_t held = ledger_protocol::live_host_reserved(*ledger);
     if (bytes > (held > taken ? held - taken : 0)) return false;
   }
   *budget_left -= std::min(bytes, *budget_left);

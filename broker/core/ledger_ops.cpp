@@ -266,17 +266,6 @@ uint64_t last_active(const TenantLedger& ledger) {
   return newest;
 }
 
-uint64_t live_host_reserved(const TenantLedger& ledger) {
-  if (!ledger_has_host_reserved(ledger.size)) return 0;
-  uint64_t sum = 0;
-  // The words first (4 KiB, contiguous); a slot's state only where its word is not 0.
-  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
-    const uint64_t held = ledger.host_reserved[i].load();
-    if (held != 0 && state_of(ledger.processes[i]) == SlotState::kLive) sum += held;
-  }
-  return sum;
-}
-
 bool recompute_used(TenantLedger& ledger, uint32_t device, int attempts) {
   return device >= kMaxDevices || check_used(ledger, device, attempts).settled;
 }

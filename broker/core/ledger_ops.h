@@ -69,10 +69,6 @@ uint32_t live_process_count(const TenantLedger& ledger);
 uint64_t live_slot_sum(const TenantLedger& ledger, uint32_t device);
 // The newest ProcessSlot.last_active_ns of the live slots (0: none has swappable memory).
 uint64_t last_active(const TenantLedger& ledger);
-// Minor 6: the pinned host memory the live processes hold for the swap reserve, the sum of
-// TenantLedger.host_reserved over Live slots; 0 for a ledger without the field. Reads the
-// 512 words and only the states of slots whose word is not 0.
-uint64_t live_host_reserved(const TenantLedger& ledger);
 
 // Gives the memory of every Dead slot back and frees the slot (layout 1.1 rules):
 // a slot whose process died between operations (op_seq even) holds exactly its share,

@@ -3,6 +3,7 @@
 
 #include "core/admission.h"
 #include "core/ledger_ops.h"
+#include "fracgpu/ledger_protocol.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -77,7 +78,7 @@ nlohmann::json tenant_status_json(Tenant& tenant, const ComputeService* compute,
   for (std::size_t i = 0; i < tenant.spec.devices.size() && i < kMaxDevices; ++i)
     reserve += tenant.quota().devices[i].host_reserve.load();
   j["host_reserve"] = reserve;
-  j["host_reserved"] = ledger::live_host_reserved(tenant.ledger());
+  j["host_reserved"] = ledger_protocol::live_host_reserved(tenant.ledger());
   j["socket"] = tenant.socket_path().string();
   j["run_dir"] = tenant.dir.string();
   j["processes"] = processes_json(tenant.ledger(), tenant.spec.devices.size());

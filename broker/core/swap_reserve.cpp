@@ -56,7 +56,7 @@ void SwapReservePlanner::rank() {
 }
 
 void SwapReservePlanner::plan(std::span<const ArbiterMember> all, uint64_t left,
-                              const Moving& moving) {
+                              const Moving& moving, const Room& room) {
   candidates_.clear();
   uint64_t wanted = 0;
   for (std::size_t t = 0; t < all.size(); ++t) {
@@ -78,6 +78,7 @@ void SwapReservePlanner::plan(std::span<const ArbiterMember> all, uint64_t left,
     }
   }
   active_ = !candidates_.empty();
+  if (active_ && room) left = room(left);  // its cost (a procfs read, the slots) only now
   // The order only decides who gets less than it wants: with room for every want, none does.
   if (wanted > left) rank();
   for (const Candidate& c : candidates_) {

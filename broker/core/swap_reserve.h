@@ -22,7 +22,8 @@
 // tenant's processes trim at their swap thread's next look (200 ms).
 // Pure decisions over the segments; a quota's host_reserve is stored only when it changes.
 // Cost per tick: one pass over the tenants' device quotas and usage counters; with something
-// borrowed, a vector kept across ticks (no allocation once it has grown); the reclaim order
+// borrowed, a vector kept across ticks (no allocation once it has grown) and the room asked
+// of the enforcer (one read of /proc/meminfo, a scan of the slots); the reclaim order
 // (a scan of each borrower's slots for its activity, a sort) only when the budget cannot give
 // every borrower all it wants.
 #pragma once
@@ -45,9 +46,14 @@ class SwapReservePlanner {
 
   explicit SwapReservePlanner(uint64_t host_budget) : host_budget_(host_budget) {}
 
+  // Of the bytes `left`, how many the reserves may hold together (the enforcer's floor on
+  // the node's available memory); asked only when some tenant wants a reserve.
+  using Room = std::function<uint64_t(uint64_t left)>;
+
   // Sets the host_reserve of every present device of every tenant in `all`; `left`: host
   // bytes neither on host nor promised to a move (the enforcer's budget after its pass).
-  void plan(std::span<const ArbiterMember> all, uint64_t left, const Moving& moving = {});
+  void plan(std::span<const ArbiterMember> all, uint64_t left, const Moving& moving = {},
+            const Room& room = {});
 
   // Whether reserves must follow borrowing at the next ticks: at the last plan a tenant that
   // may swap borrowed, with a host budget (every reserve not 0 is such a tenant's).

@@ -149,5 +149,22 @@ inline void left_host(TenantLedger& ledger, uint32_t slot, uint32_t device, uint
   }
 }
 
+// The swap reserve the tenant's live processes hold (TenantLedger.host_reserved, minor 6),
+// leaving out slot `except` (kMaxProcesses: none): what the broker counts, and what a process
+// subtracts for the others. 0 for a ledger without the field. The words are read first
+// (4 KiB, contiguous), a slot's state only where its word is not 0.
+inline uint64_t live_host_reserved(const TenantLedger& ledger, uint32_t except = kMaxProcesses) {
+  if (!ledger_has_host_reserved(ledger.size)) return 0;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    const uint64_t held = ledger.host_reserved[i].load(std::memory_order_relaxed);
+    if (held != 0 && i != except &&
+        ledger.processes[i].state.load(std::memory_order_relaxed) ==
+            static_cast<uint32_t>(SlotState::kLive))
+      sum += held;
+  }
+  return sum;
+}
+
 }  // namespace ledger_protocol
 }  // namespace fracgpu

@@ -15,11 +15,8 @@ unsigned HostReserve::take_run(uintptr_t base, uint32_t& mask, unsigned granules
                                uint64_t bytes_left, std::vector<HostChunk>* out) {
   const unsigned first = static_cast<unsigned>(std::countr_zero(mask));
   if (first >= kGranulesPerSlab) return 0;
-  // The run of free granules starting at `first`.
-  const uint32_t from_first = mask >> first;
-  const unsigned run = from_first == (kAllFree >> first)
-                           ? kGranulesPerSlab - first
-                           : static_cast<unsigned>(std::countr_one(from_first));
+  // The run of free granules starting at `first` (the shift brings in used, zero, bits).
+  const unsigned run = static_cast<unsigned>(std::countr_one(mask >> first));
   const unsigned taken = std::min(run, granules);
   const uint32_t bits = (taken == 32 ? kAllFree : ((1u << taken) - 1u)) << first;
   mask &= ~bits;

@@ -145,6 +145,28 @@ struct HostStaging::Job {
     bump(ready);
   }
 
+  // Returns once chunk `i` is no longer pending (pinning it on this thread when no worker
+  // has claimed it yet) or the job was aborted. True when this thread pinned it.
+  bool await_chunk(size_t i) noexcept {
+    bool pinned_here = false;
+    for (;;) {
+      if (state[i].load(std::memory_order_acquire) != kPending ||
+          abort.load(std::memory_order_acquire))
+        return pinned_here;
+      size_t unclaimed = i;
+      if (next.compare_exchange_strong(unclaimed, i + 1, std::memory_order_acq_rel)) {
+        prepare(i);
+        pinned_here = true;
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mutex);
+      wait_on(ready, lock, [&] {
+        return state[i].load(std::memory_order_acquire) != kPending ||
+               abort.load(std::memory_order_acquire);
+      });
+    }
+  }
+
   // A worker's share: claims chunks in order until none is left or the job fails.
   void work() noexcept {
     bool pinned = false;
@@ -294,13 +316,7 @@ CUresult HostStaging::copy_out_registered(CUcontext context, CUdeviceptr va, uin
     if (job.chunks[i].reserve) stats->reserve_bytes += job.chunks[i].bytes;
   }
   const int64_t start = monotonic_ns();
-  start_workers();
-  {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
-    job_ = &job;
-    ++job_serial_;
-  }
-  bump(pool_wake_);
+  post_job(job);
   const CUresult rc = run_copies(job, va, stats, pin_failed);
   const int64_t pinned_at = job.last_ready_ns.load(std::memory_order_relaxed);
   stats->pin_wall_ns = pinned_at > start ? pinned_at - start : 0;
@@ -339,22 +355,7 @@ CUresult HostStaging::run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats,
   uint64_t offset = 0;
   for (size_t i = 0; i < job.chunks.size(); ++i) {
     const int64_t wait_start = monotonic_ns();
-    for (;;) {
-      if (job.state[i].load(std::memory_order_acquire) != kPending ||
-          job.abort.load(std::memory_order_acquire))
-        break;
-      size_t unclaimed = i;
-      if (job.next.compare_exchange_strong(unclaimed, i + 1, std::memory_order_acq_rel)) {
-        job.prepare(i);
-        helped = true;
-        continue;
-      }
-      std::unique_lock<std::mutex> lock(job.mutex);
-      wait_on(job.ready, lock, [&] {
-        return job.state[i].load(std::memory_order_acquire) != kPending ||
-               job.abort.load(std::memory_order_acquire);
-      });
-    }
+    helped |= job.await_chunk(i);
     stats->stall_ns += monotonic_ns() - wait_start;
     if (job.state[i].load(std::memory_order_acquire) != kReady) {
       rc = job.error.load();
@@ -371,11 +372,7 @@ CUresult HostStaging::run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats,
     offset += chunk.bytes;
   }
   if (rc != CUDA_SUCCESS) job.abort.store(true, std::memory_order_release);
-  {
-    std::unique_lock<std::mutex> lock(pool_mutex_);
-    job_ = nullptr;  // late wakers find nothing
-    wait_on(pool_idle_, lock, [&] { return busy_ == 0; });
-  }
+  end_job();
   if (helped) job.threads.fetch_add(1, std::memory_order_relaxed);
   if (stream != nullptr) {
     const int64_t drain_start = monotonic_ns();
@@ -393,6 +390,15 @@ CUresult HostStaging::run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats,
 // The workers (and this thread, for what none has claimed) pin every chunk of `job`; no
 // copies. Returns once all are pinned or failed and no worker is inside the job.
 CUresult HostStaging::pin_all(Job& job) noexcept {
+  post_job(job);
+  for (size_t i = 0; i < job.chunks.size() && !job.abort.load(std::memory_order_acquire); ++i)
+    job.await_chunk(i);
+  end_job();
+  return job.error.load();
+}
+
+// Hands `job` to the workers (started at the first job).
+void HostStaging::post_job(Job& job) noexcept {
   start_workers();
   {
     std::lock_guard<std::mutex> lock(pool_mutex_);
@@ -400,26 +406,13 @@ CUresult HostStaging::pin_all(Job& job) noexcept {
     ++job_serial_;
   }
   bump(pool_wake_);
-  for (size_t i = 0; i < job.chunks.size(); ++i) {
-    while (job.state[i].load(std::memory_order_acquire) == kPending) {
-      size_t unclaimed = i;
-      if (job.next.compare_exchange_strong(unclaimed, i + 1, std::memory_order_acq_rel)) {
-        job.prepare(i);
-        continue;
-      }
-      std::unique_lock<std::mutex> lock(job.mutex);
-      wait_on(job.ready, lock, [&] {
-        return job.state[i].load(std::memory_order_acquire) != kPending ||
-               job.abort.load(std::memory_order_acquire);
-      });
-      if (job.abort.load(std::memory_order_acquire)) break;
-    }
-    if (job.abort.load(std::memory_order_acquire)) break;
-  }
+}
+
+// Takes the job back: late wakers find nothing; returns once no worker is inside it.
+void HostStaging::end_job() noexcept {
   std::unique_lock<std::mutex> lock(pool_mutex_);
   job_ = nullptr;
   wait_on(pool_idle_, lock, [&] { return busy_ == 0; });
-  return job.error.load();
 }
 
 // Slabs pinned in one job; those that failed (host memory ran out) are unmapped. A chunk

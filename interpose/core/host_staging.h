@@ -139,6 +139,8 @@ class HostStaging {
                        std::vector<bool>* reused) noexcept;
   bool take_kept(uint64_t capacity, HostChunk* chunk) noexcept;
   CUresult pin_all(Job& job) noexcept;
+  void post_job(Job& job) noexcept;
+  void end_job() noexcept;
   void unpin_slab(void* base) noexcept;
   CUresult run_copies(Job& job, CUdeviceptr va, CopyOutStats* stats, bool* pin_failed) noexcept;
   void free_chunk(const HostChunk& chunk) noexcept;

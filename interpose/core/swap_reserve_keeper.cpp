@@ -13,6 +13,7 @@
 #include "core/context_scope.h"
 #include "core/shim_log.h"
 #include "core/swap_engine.h"
+#include "fracgpu/ledger_protocol.h"
 
 namespace fracgpu {
 namespace {
@@ -41,13 +42,7 @@ std::optional<uint64_t> SwapEngine::reserve_allowed() noexcept {
     target += q.host_reserve.load(std::memory_order_relaxed);
   }
   if (target == 0) return 0;
-  const TenantLedger* ledger = tenant.ledger_map();
-  const uint32_t slot = tenant.slot();
-  uint64_t others = 0;
-  for (uint32_t s = 0; s < kMaxProcesses; ++s)
-    if (s != slot && ledger->processes[s].state.load(std::memory_order_relaxed) ==
-                         static_cast<uint32_t>(SlotState::kLive))
-      others += ledger->host_reserved[s].load(std::memory_order_relaxed);
+  const uint64_t others = ledger_protocol::live_host_reserved(*tenant.ledger_map(), tenant.slot());
   const uint64_t share = target > others ? target - others : 0;
   uint64_t resident = 0;
   {

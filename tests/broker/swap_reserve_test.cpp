@@ -365,16 +365,16 @@ TEST(ReserveSlots, AReapedProcesssReserveIsZeroedAndNoLongerCounted) {
   l->host_reserved[quiet] = 3 * kGiB;
   l->host_reserved[busy] = 2 * kGiB;
   l->host_reserved[kept] = 1 * kGiB;
-  EXPECT_EQ(ledger::live_host_reserved(*l), 6 * kGiB);
+  EXPECT_EQ(ledger_protocol::live_host_reserved(*l), 6 * kGiB);
   ledger::mark_dead(*l, quiet);  // died between operations
   ledger::mark_dead(*l, busy);
   l->processes[busy].op_seq = 1;  // died inside one: the counters are recomputed
-  EXPECT_EQ(ledger::live_host_reserved(*l), 1 * kGiB) << "a dead slot is not counted";
+  EXPECT_EQ(ledger_protocol::live_host_reserved(*l), 1 * kGiB) << "a dead slot is not counted";
   ASSERT_TRUE(ledger::reclaim_dead_slots(*l, 100));
   EXPECT_EQ(l->host_reserved[quiet].load(), 0u);
   EXPECT_EQ(l->host_reserved[busy].load(), 0u);
   EXPECT_EQ(l->host_reserved[kept].load(), 1 * kGiB);
-  EXPECT_EQ(ledger::live_host_reserved(*l), 1 * kGiB);
+  EXPECT_EQ(ledger_protocol::live_host_reserved(*l), 1 * kGiB);
 }
 
 TEST(ReserveSlots, APlaceholderFreedHoldsNoReserve) {
@@ -396,7 +396,7 @@ TEST(ReserveSlots, ALedgerWithoutTheFieldIsLeftAlone) {
   const auto slot = ledger::claim_slot(*l, 1000, 1);
   ASSERT_EQ(slot, std::optional<uint32_t>(0));
   EXPECT_EQ(l->host_reserved[0].load(), 7u);
-  EXPECT_EQ(ledger::live_host_reserved(*l), 0u);
+  EXPECT_EQ(ledger_protocol::live_host_reserved(*l), 0u);
   ledger::mark_dead(*l, 0);
   ASSERT_TRUE(ledger::reclaim_dead_slots(*l, 100));
   EXPECT_EQ(l->host_reserved[0].load(), 7u);
@@ -421,7 +421,7 @@ TEST(ReserveSlots, ARebuiltLedgerKeepsOnlyItsLiveProcessesReserves) {
   EXPECT_EQ(l->host_reserved[garbage].load(), 0u);
   EXPECT_EQ(l->host_reserved[absurd].load(), 0u) << "no host pins an exbibyte";
   EXPECT_EQ(l->host_reserved[free_slot].load(), 0u);
-  EXPECT_EQ(ledger::live_host_reserved(*l), 2 * kGiB);
+  EXPECT_EQ(ledger_protocol::live_host_reserved(*l), 2 * kGiB);
 }
 
 // A broker of the older layout left the ledger: the new broker adopts it (its processes keep
@@ -458,7 +458,7 @@ TEST_F(OlderLayout, ATruncatedFileIsExtendedWithZeros) {
   EXPECT_EQ(std::filesystem::file_size(ledger_path()), sizeof(TenantLedger));
   EXPECT_EQ(l.processes[slot].pid.load(), ::getpid()) << "its process is still counted";
   EXPECT_EQ(l.devices[0].used.load(), 3 * kGiB);
-  EXPECT_EQ(ledger::live_host_reserved(l), 0u);
+  EXPECT_EQ(ledger_protocol::live_host_reserved(l), 0u);
 }
 
 TEST_F(OlderLayout, WhateverTheFileHeldBeyondTheOldSizeIsZeroed) {
