@@ -89,6 +89,9 @@ class Sharing:
 
     def env_for(self, spec, worker=None):
         mode = spec.get("mode", "native")
+        if mode == "fracb":  # fracgpu with another build of the shim (--shim-b): the A/B of a shim change
+            sock = self.tenant(spec["tag"], *spec.get("frac", []), memory=spec.get("memory"), worker=worker)
+            return dict(self.pf.env("frac", socket=sock), LD_PRELOAD=os.path.abspath(self.args.shim_b))
         if mode in ("frac", "fmps"):
             broker = self.broker
             if mode == "fmps":
@@ -133,6 +136,8 @@ class Sharing:
             return not self.fmps_why
         if mode == "hami":
             return bool(self.hami) and os.path.exists(self.hami)
+        if mode == "fracb":
+            return bool(getattr(self.args, "shim_b", "")) and os.path.exists(self.args.shim_b)
         return True
 
     def mode_ok(self, mode):
