@@ -207,7 +207,12 @@ class Sharing:
                         v["fracgpu_" + k] = val.strip()
         except OSError:
             pass
-        commit = _git(["rev-parse", "HEAD"])
+        # FRACGPU_BENCH_COMMIT: a copy of the suite run outside its checkout (the GPU machine's
+        # carried folder) says which commit it is; git there would name the wrong checkout.
+        commit = os.environ.get("FRACGPU_BENCH_COMMIT")
+        if commit:
+            v["bench_commit"] = commit
+        commit = None if commit else _git(["rev-parse", "HEAD"])
         if commit:
             dirty = _git(["status", "--porcelain", "--untracked-files=no"])
             v["bench_commit"] = commit + (" (dirty)" if dirty else "")
