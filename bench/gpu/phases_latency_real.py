@@ -27,9 +27,9 @@ TENANTS = ("encoder", "llm")
 # batch kind: workload kinds of its processes (workloads.py); "memory" runs in the driver-API client
 BATCHES = [("tftrain", ["tftrain"]), ("compiled", ["compiled"]), ("tiny", ["eager"]), ("copy", ["memory"]),
            ("multi", ["tftrain", "compiled", "eager"])]
-REQUESTS = {"regular": 300, "poisson": 150}
+REQUESTS = {"regular": 300, "poisson": 300}
 MIN_REQUESTS = 100
-MAX_SECONDS = 6.0  # one measurement's cap (regular or Poisson, one model)
+MAX_SECONDS = 8.0  # one measurement's cap (regular or Poisson, one model)
 
 
 def available(b):

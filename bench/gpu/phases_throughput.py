@@ -75,7 +75,8 @@ def overhead(b, pb):
         fresh_ways = variants + ["shim", "high"]
         fresh = b.pool.start([{"name": "o-%s-la%d" % (v, i), "kind": "launch", "mode": "frac" if v == "high" else v,
                                "frac": ["--priority", "high"] if v == "high" else []} for v in fresh_ways])
-        for metric, args in (("launch", launch), ("alloc", alloc), ("launchtime", launchtime)):
+        # launchtime before alloc: no allocation of this process can change its launch path
+        for metric, args in (("launch", launch), ("launchtime", launchtime), ("alloc", alloc)):
             for v, w in zip(fresh_ways, fresh):
                 (r,) = b.pool.round([(w, ["--mode", metric] + [str(a) for a in args])], limit=60)
                 if metric == "launchtime":
