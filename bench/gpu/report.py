@@ -17,7 +17,7 @@ COLUMNS = {
     "overhead": [("metric", "metric", "%s"), ("unit", "unit", "%s"), ("native", "native", "%.3f"),
                  ("fracgpu", "fracgpu", "%.3f"), ("ratio", "ratio", "%.4f"),
                  ("ratio min-max", ("ratio_spread", "min", "max"), "%.4f"), ("HAMi ratio", "hami_ratio", "%.4f"),
-                 ("shim-only ratio", "shim_ratio", "%.4f"), ("high-tenant ratio", "high_ratio", "%.4f")],
+                 ("shim-only ratio", "shim_ratio", "%.4f"), ("high-tenant ratio", "high_ratio", "%.4f"), ("shim-b ratio", "fracb_ratio", "%.4f")],
     "shares": [("setup", "setup", "%s"), ("split", "split", "%s"), ("workload", "workload", "%s"),
                ("tenant", "tenant", "%s"), ("target", "target", "%.3f"), ("measured", "measured", "%.3f"),
                ("1s min-max", ("windows_1s", "min", "max"), "%.3f"),
