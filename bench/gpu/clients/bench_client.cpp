@@ -96,6 +96,7 @@ std::string call_stats(const char* prefix, std::vector<double> ns, double wall_n
 void run_launchtime(const Options& o, const Gpu& g) {
   using clock = std::chrono::steady_clock;
   const unsigned long long n = o.count;
+  if (n == 0) fail(o, "launchtime needs --count > 0");
   std::vector<double> call(n);
   auto pass = [&](unsigned every, const char* prefix) {
     const auto t0 = clock::now();
