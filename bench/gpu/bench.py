@@ -310,6 +310,14 @@ def parse(argv=None):
     ap.add_argument("--gpu", choices=["auto", "real", "sim"], default="auto")
     ap.add_argument("--backend", choices=["auto", "driver"], default="auto",
                     help="driver: the driver-API client for every workload, even where PyTorch is there")
+    ap.add_argument("--latency-tenants", choices=["spin", "real"], default="spin",
+                    help="latency phase: spin (a 0.1 ms kernel per request, spin-kernel batches) or real "
+                         "(transformer models served request by request next to real PyTorch batch work)")
+    ap.add_argument("--shim-b", default="",
+                    help="overhead phase: another build's libfracgpu.so, measured as a fracgpu tenant beside "
+                         "the build's own in the same alternation (fracb_ratio: the A/B of a shim change)")
+    ap.add_argument("--overhead-pairs", type=int, default=0,
+                    help="overhead phase: alternated pairs of every metric (default 4, --quick 3 and 2 loop pairs)")
     ap.add_argument("--window", type=float, default=0, help="nominal measurement window of the share phases (s)")
     ap.add_argument("--no-fracgpu-mps", action="store_true", help="leave fracgpu over MPS (broker --mps) out")
     ap.add_argument("--sim-mps", action="store_true",

@@ -16,6 +16,7 @@ Standard library only; never on a measured path."""
 import argparse
 import json
 import os
+import shlex
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,7 +94,7 @@ def reconstruct_argv(d):
         argv += ["--hami", c["hami"]]
     phases = c.get("phases") or []
     if phases and len(phases) < 7:
-        argv += ["--only", '"%s"' % " ".join(phases)]
+        argv += ["--only", " ".join(phases)]
     return argv
 
 
@@ -118,6 +119,11 @@ def section(doc, plots_dir=None):
     return "\n".join(out) + "\n"
 
 
+def shell_words(argv):
+    """argv as a shell command line: quoted where needed (an --only list), $VARIABLES left bare."""
+    return " ".join(a if a.startswith("$") and a[1:].replace("_", "").isalnum() else shlex.quote(a) for a in argv)
+
+
 def command_lines(doc):
     runs = doc["runs"]
     head = "**Command** (one call):" if len(runs) == 1 else "**Commands** (%d calls, merged: each phase from " \
@@ -125,7 +131,7 @@ def command_lines(doc):
     lines = [head, ""]
     for r in runs:
         secs = " # %.0f s" % r["seconds"] if r.get("seconds") is not None else ""
-        lines.append("    " + " ".join(r["argv"]) + secs)
+        lines.append("    " + shell_words(r["argv"]) + secs)
     return lines
 
 

@@ -152,7 +152,7 @@ def latency(rows):
         best = mine[best_mode]
         peers = [(n, r.get(k)) for n, k in (("MPS", "mps_p99_ms"), ("native", "native_p99_ms"),
                                             ("HAMi-core", "hami_p99_ms")) if r.get(k) is not None and r[k] < best]
-        where = "latency %s %s" % (r["batch"], r.get("arrival", ""))
+        where = "latency %s%s %s" % (r["batch"], "/" + r["tenant"] if r.get("tenant") else "", r.get("arrival", ""))
         if peers:
             out.append("- %s: p99 %s against %s %.3f ms" % (
                 where, ", ".join("%s %.3f" % p for p in sorted(peers, key=lambda p: p[1])), best_mode, best))

@@ -89,6 +89,9 @@ class Sharing:
 
     def env_for(self, spec, worker=None):
         mode = spec.get("mode", "native")
+        if mode == "fracb":  # fracgpu with another build of the shim (--shim-b): the A/B of a shim change
+            sock = self.tenant(spec["tag"], *spec.get("frac", []), memory=spec.get("memory"), worker=worker)
+            return dict(self.pf.env("frac", socket=sock), LD_PRELOAD=os.path.abspath(self.args.shim_b))
         if mode in ("frac", "fmps"):
             broker = self.broker
             if mode == "fmps":
@@ -133,6 +136,8 @@ class Sharing:
             return not self.fmps_why
         if mode == "hami":
             return bool(self.hami) and os.path.exists(self.hami)
+        if mode == "fracb":
+            return bool(getattr(self.args, "shim_b", "")) and os.path.exists(self.args.shim_b)
         return True
 
     def mode_ok(self, mode):
@@ -202,7 +207,12 @@ class Sharing:
                         v["fracgpu_" + k] = val.strip()
         except OSError:
             pass
-        commit = _git(["rev-parse", "HEAD"])
+        # FRACGPU_BENCH_COMMIT: a copy of the suite run outside its checkout (the GPU machine's
+        # carried folder) says which commit it is; git there would name the wrong checkout.
+        commit = os.environ.get("FRACGPU_BENCH_COMMIT")
+        if commit:
+            v["bench_commit"] = commit
+        commit = None if commit else _git(["rev-parse", "HEAD"])
         if commit:
             dirty = _git(["status", "--porcelain", "--untracked-files=no"])
             v["bench_commit"] = commit + (" (dirty)" if dirty else "")

@@ -26,19 +26,39 @@ def value_of(r):
     return 1e6 / r["rate"] if r.get("rate") else None  # us per unit
 
 
+# launchtime (fracgpu-bench-client): the host time of each cuLaunchKernel call; the figures of
+# its JSON that become overhead rows (shallow: queue never full; deep: as the launch metric).
+LAUNCH_CALL = [("launch_call_p50", "shallow_p50_ns", "ns per cuLaunchKernel call, median (queue shallow)"),
+               ("launch_call_mean", "shallow_mean_ns", "ns per cuLaunchKernel call, mean (queue shallow)"),
+               ("launch_call_p99", "shallow_p99_ns", "ns per cuLaunchKernel call, p99 (queue shallow)"),
+               ("launch_deep_mean", "deep_mean_ns", "ns per cuLaunchKernel call, mean (queue full)"),
+               ("launch_deep_stall", "deep_stall_ns_per_launch", "ns per launch in calls over 20 us (queue full)")]
+
+
+def launchtime_values(r):
+    """{metric: value} of a launchtime round (the median over its passes)."""
+    passes = r.get("passes") or [] if r.get("ok") else []
+    return {m: median([p.get(k) for p in passes if p.get(k) is not None]) for m, k, _ in LAUNCH_CALL}
+
+
 def overhead(b, pb):
-    variants = ["native", "frac"] + (["hami"] if b.available("hami") else [])
-    pairs = 3 if b.quick else 4  # launch and allocation: fresh processes per pair
-    loop_pairs = 2 if b.quick and not b.sim else pairs  # eager and graph: warm workers
+    # fracb: fracgpu with the --shim-b build of the shim, alternated with the others (A B A B)
+    variants = ["native", "frac"] + (["fracb"] if b.available("fracb") else []) + \
+        (["hami"] if b.available("hami") else [])
+    # launch and allocation: fresh processes per pair (--overhead-pairs: more of them)
+    pairs = getattr(b.args, "overhead_pairs", 0) or (3 if b.quick else 4)
+    loop_pairs = (2 if b.quick and not b.sim else pairs) if not getattr(b.args, "overhead_pairs", 0) else pairs
     secs = 0.5 if b.sim or b.quick else 0.6
-    vals = {m: {v: [] for v in variants} for m in ("launch", "alloc", "eager", "graph")}
-    for m in ("launch", "alloc"):
+    vals = {m: {v: [] for v in variants} for m in ["launch", "alloc", "eager", "graph"] + [x[0] for x in LAUNCH_CALL]}
+    for m in ["launch", "alloc"] + [x[0] for x in LAUNCH_CALL]:
         vals[m]["shim"] = []
+        vals[m]["high"] = []
     wave = 1.0 if b.sim else (6.0 if b.torch_ok else 2.0)
     plan = pb.rounds(loop_pairs * len(variants) * 2, secs, minimum=0.4, overhead=0.3,
                      fixed=wave + pairs * (len(variants) + 1) * 1.0)
     launch = ["--count", 50000, "--reps", 2]
     alloc = ["--bytes", 1 << 20, "--count", 1000, "--reps", 3]
+    launchtime = ["--count", 5000 if b.sim else 20000, "--reps", 1, "--sync-every", 32]
     warm = b.pool.start([{"name": "o-%s-%s" % (v, k), "kind": k, "mode": v, "pct": None,
                           "extra": ["--kernel-us", "2"] if k == "graph" else []}
                          for k in ("eager", "graph") for v in variants])
@@ -51,12 +71,19 @@ def overhead(b, pb):
         # A B (C): drift hits every way alike.
         # "shim": preloaded without a tenant, which splits fracgpu's cost into the
         # interposition's own and the tenant's policies (launch and allocation only).
-        fresh_ways = variants + ["shim"]
-        fresh = b.pool.start([{"name": "o-%s-la%d" % (v, i), "kind": "launch", "mode": v} for v in fresh_ways])
-        for metric, args in (("launch", launch), ("alloc", alloc)):
+        # "high": a fracgpu tenant of --priority high (its launches take the burst path).
+        fresh_ways = variants + ["shim", "high"]
+        fresh = b.pool.start([{"name": "o-%s-la%d" % (v, i), "kind": "launch", "mode": "frac" if v == "high" else v,
+                               "frac": ["--priority", "high"] if v == "high" else []} for v in fresh_ways])
+        # launchtime before alloc: no allocation of this process can change its launch path
+        for metric, args in (("launch", launch), ("launchtime", launchtime), ("alloc", alloc)):
             for v, w in zip(fresh_ways, fresh):
                 (r,) = b.pool.round([(w, ["--mode", metric] + [str(a) for a in args])], limit=60)
-                vals[metric][v].append(value_of(r))
+                if metric == "launchtime":
+                    for m, x in launchtime_values(r).items():
+                        vals[m][v].append(x)
+                else:
+                    vals[metric][v].append(value_of(r))
         b.pool.retire(keep=lambda w: "-la" not in w.name)
         plan.started((len(variants) + 1) * 1.0)
         if i >= loop_pairs:
@@ -71,7 +98,8 @@ def overhead(b, pb):
     units = {"launch": "ns per empty launch", "alloc": "us per cuMemAlloc+cuMemFree (1 MiB)",
              "eager": "us per op (%s small-op loop)" % ("PyTorch eager" if b.wl.impl("eager") == "torch" else "1 us kernel"),
              "graph": "us per CUDA graph replay (8 short kernels)"}
-    for name in ("launch", "alloc", "eager", "graph"):
+    units.update({m: u for m, _, u in LAUNCH_CALL})
+    for name in ["launch"] + [x[0] for x in LAUNCH_CALL] + ["alloc", "eager", "graph"]:
         overhead_row(b, name, units[name], vals[name])
 
 
@@ -80,8 +108,8 @@ def overhead_row(b, name, unit, vals):
     row = {"metric": name, "unit": unit, "pairs": len(vals["native"]), "native": median(vals["native"]),
            "fracgpu": median(vals["frac"]), "ratio": median(ratios), "ratio_spread": spread(ratios),
            "native_spread": spread(vals["native"]), "fracgpu_spread": spread(vals["frac"]),
-           "fresh_processes": name in ("launch", "alloc")}
-    for way in ("hami", "shim"):
+           "fresh_processes": name not in ("eager", "graph")}
+    for way in ("hami", "shim", "high", "fracb"):
         if way in vals:
             wr = [h / n for h, n in zip(vals[way], vals["native"]) if h and n]
             row.update({way: median(vals[way]), way + "_ratio": median(wr), way + "_ratio_spread": spread(wr)})
@@ -89,7 +117,8 @@ def overhead_row(b, name, unit, vals):
     b.series["overhead"][name] = {"values": vals, "ratios": ratios}
     b.say("  overhead %s: native %s, fracgpu %s, ratio %s%s" % (
         name, _f(row["native"]), _f(row["fracgpu"]), _f(row["ratio"], "%.4f"),
-        ", shim without a tenant %s" % _f(row["shim_ratio"], "%.4f") if "shim_ratio" in row else ""))
+        ", shim without a tenant %s, high tenant %s" % (_f(row["shim_ratio"], "%.4f"), _f(row.get("high_ratio"), "%.4f"))
+        if "shim_ratio" in row else ""))
 
 
 # ---------------------------------------------------------------- work conservation

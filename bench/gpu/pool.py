@@ -35,7 +35,7 @@ class Worker:
 
     def kind_measures(self):
         """Whether its rounds are throughput windows (the ones a barrier lines up)."""
-        return self.spec["kind"] not in ("latency", "launch", "alloc")
+        return self.spec["kind"] not in ("latency", "launch", "alloc", "encoder", "llm")
 
     def alive(self):
         return self.proc.running()

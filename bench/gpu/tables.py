@@ -29,18 +29,26 @@ def spread_text(sp, spec="%.3f"):
 # ---------------------------------------------------------------- overhead
 def overhead(rows, doc):
     body = []
+    fracb = any(r.get("fracb_ratio") is not None for r in rows)
     for r in rows:
         body.append([r["metric"], r.get("unit", ""), f(r.get("native")), f(r.get("fracgpu")),
                      "%s (%s)" % (f(r.get("ratio"), "%.4f"), spread_text(r.get("ratio_spread"), "%.3f")),
                      "%s (%s)" % (f(r.get("hami_ratio"), "%.4f"), spread_text(r.get("hami_ratio_spread"), "%.3f"))
                      if r.get("hami_ratio") is not None else "-",
-                     f(r.get("shim_ratio"), "%.4f")])
+                     f(r.get("shim_ratio"), "%.4f"), f(r.get("high_ratio"), "%.4f")] +
+                    ([f(r.get("fracb_ratio"), "%.4f")] if fracb else []))
     return md_table(["metric", "unit", "native", "fracgpu", "fracgpu / native (min–max, pairs)",
-                     "HAMi-core / native", "shim without a tenant / native"], body) + [
+                     "HAMi-core / native", "shim without a tenant / native",
+                     "high-priority tenant / native"] + (["fracgpu, --shim-b build / native"] if fracb else []),
+                    body) + [
         "", "Ratios are medians of paired runs alternated in the same call (launch and allocation: a fresh "
             "process per pair); above 1 is slower than native. \"Shim without a tenant\": the shim preloaded "
             "with no tenant to join, every hook only forwarding — the interposition's own share of fracgpu's "
-            "cost (launch and allocation only)."]
+            "cost (fresh-process metrics only); \"high-priority tenant\": a fracgpu tenant of --priority high, "
+            "whose launches also take the burst path. launch_call_*: the host time of each cuLaunchKernel call "
+            "of an empty kernel (fracgpu-bench-client launchtime), with a sync every 32 launches (shallow: the "
+            "host path alone) or once at the end (deep: calls then also wait for the GPU; deep_stall = the "
+            "time in calls over 20 us, per launch)."]
 
 
 # ---------------------------------------------------------------- shares
@@ -108,6 +116,8 @@ def lat_cell(r, key):
 
 def latency(rows, doc):
     body = []
+    real = any(r.get("tenant") for r in rows)  # real tenants (phases_latency_real.py): a tenant column
+    third = (lambda r: r.get("tenant") or "-") if real else (lambda r: f(r.get("batch_kernel_ms"), "%.2f"))
     for r in rows:
         if r.get("skipped"):
             body.append([r["batch"], "-", "-", "skipped: %s" % r["skipped"]] + ["-"] * 7)
@@ -115,18 +125,31 @@ def latency(rows, doc):
         g = losses.goal_of(r)
         ratios = " / ".join(f(r.get(k)) for k in ("batch_ratio", "fracgpu_mps_batch_ratio", "mps_batch_ratio",
                                                   "hami_batch_ratio"))
-        body.append([r["batch"], r.get("arrival", "-"), f(r.get("batch_kernel_ms"), "%.2f"),
+        body.append([r["batch"], r.get("arrival", "-"), third(r),
                      " / ".join(f(r.get("alone_" + k)) for k in ("p50_ms", "p99_ms", "p999_ms"))] +
                     [lat_cell(r, key) for _, key in LAT_MODES] +
                     [ratios, "**met** (%s)" % g["by"] if g["met"] else "no"])
     old = any(r.get("arrival") == "poisson" and not r.get("latency_from") for r in rows)
-    out = md_table(["batch", "arrivals", "batch kernel ms", "alone p50 / p99 / p99.9"] +
+    out = md_table(["batch", "arrivals", "latency tenant" if real else "batch kernel ms", "alone p50 / p99 / p99.9"] +
                    ["%s p50 / p99 / p99.9" % n for n, _ in LAT_MODES] +
                    ["batch ratio fracgpu / fracgpu-mps / MPS / HAMi", "goal"], body)
-    out += ["", "Request latency of a high-priority tenant (one 0.1 ms kernel + sync per request) in ms; regular: "
-                "1 ms think time after each reply; Poisson: open loop at 250/s. Batch ratio: the batch's throughput "
-                "over the latency window against native sharing's. Goal: the better fracgpu way has p99 below MPS's "
-                "and within 1.5 x alone + 0.1 ms while its batch keeps >= 0.9."]
+    if real:
+        out += ["", "Request latency (ms) of a high-priority tenant serving a real model request by request: "
+                    "encoder = a 6-layer BERT-base-like forward at batch 1 over 128 tokens; llm = one decode step of "
+                    "an 8-layer Llama-like model at batch 1 against a 256-token KV cache (transformers, random "
+                    "weights, bf16). Batches: tftrain = a training step of that Llama-like model (AdamW, bf16 "
+                    "autocast), compiled = torch.compile(mode=\"reduce-overhead\") MLP inference (CUDA graphs), "
+                    "tiny = 64 tiny elementwise ops per sync (launch-bound), copy = 512 MiB device copies, multi = "
+                    "tftrain + compiled + tiny at once. Regular: a think time of max(1 ms, alone p50) after each "
+                    "reply; Poisson: open loop with mean gap max(4 ms, 4 x alone p50) (results.json `think_us`). "
+                    "Batch ratio: the batch's throughput over the latency window against native sharing's (mean over "
+                    "its processes). Goal: the better fracgpu way has p99 below MPS's and within 1.5 x alone + 0.1 ms "
+                    "while its batch keeps >= 0.9. With a few hundred requests per row, p99.9 is close to the maximum."]
+    else:
+        out += ["", "Request latency of a high-priority tenant (one 0.1 ms kernel + sync per request) in ms; regular: "
+                    "1 ms think time after each reply; Poisson: open loop at 250/s. Batch ratio: the batch's throughput "
+                    "over the latency window against native sharing's. Goal: the better fracgpu way has p99 below MPS's "
+                    "and within 1.5 x alone + 0.1 ms while its batch keeps >= 0.9."]
     if old:
         out.append("This run's client counted Poisson latencies from the scheduled arrival (its own wake-up "
                    "lateness included): its Poisson rows, alone too, compare only with each other.")

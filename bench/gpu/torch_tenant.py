@@ -22,13 +22,16 @@ or --idle-s without a round. Waiting polls every millisecond (a few per cent of 
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
 import traceback
 
 
-MODES = ["matmul", "copy", "train", "decode", "eager", "graph", "onoff"]
+MODES = ["matmul", "copy", "train", "decode", "eager", "graph", "onoff", "tftrain", "compiled", "encoder", "llm"]
+# Real tenants (torch_models.py): latency tenants answer requests, batch kinds measure throughput.
+LATENCY_MODES = ("encoder", "llm")
 
 
 def round_options(p):
@@ -37,6 +40,11 @@ def round_options(p):
     p.add_argument("--sync-every", type=int, default=0, help="units per synchronisation (default per mode)")
     p.add_argument("--warmup-ms", type=float, default=500)
     p.add_argument("--period-ms", type=float, default=100)
+    # latency tenants (encoder, llm): as fracgpu-bench-client's latency mode
+    p.add_argument("--arrival", choices=["regular", "poisson"], default="regular")
+    p.add_argument("--requests", type=int, default=1000)
+    p.add_argument("--think-us", type=float, default=1000)
+    p.add_argument("--seed", type=int, default=12345)
     for f in ("--stop-file", "--out", "--tag", "--barrier", "--ready"):
         p.add_argument(f, default="")
     return p
@@ -68,7 +76,14 @@ def emit(args, obj):
 
 
 def make_unit(torch, mode):
-    """(unit function, units per sync, unit name)."""
+    """(unit function, units per sync, unit name); a latency tenant's unit is one request
+    (synchronised) and its "units per sync" the between() hook (torch_models.py)."""
+    if mode in LATENCY_MODES or mode in ("tftrain", "compiled"):
+        import torch_models  # noqa: PLC0415 - transformers is imported only for the real tenants
+        if mode in LATENCY_MODES:
+            request, name, between = torch_models.make_latency(torch, mode)
+            return request, between, name
+        return torch_models.make_batch(torch, mode)
     dev = torch.device("cuda", 0)
     bf = torch.bfloat16
     if mode in ("matmul", "onoff"):
@@ -123,8 +138,21 @@ def open_unit(args):
     if not torch.cuda.is_available():
         raise RuntimeError("torch.cuda.is_available() is False")
     unit, k, name = make_unit(torch, args.mode)
-    warm(unit, args.sync_every or k, torch.cuda.synchronize, args.warmup_ms)
+    warm_mode(args.mode, unit, args.sync_every or k, torch.cuda.synchronize, args.warmup_ms)
     return torch, unit, k, name
+
+
+def warm_mode(mode, unit, k, sync, warmup_ms):
+    if mode in LATENCY_MODES:  # k is the request's between() hook
+        end_warm = time.time() + warmup_ms / 1000.0
+        for i in range(100000):
+            unit()
+            if k:
+                k()
+            if i >= 20 and time.time() >= end_warm:
+                break
+        return
+    warm(unit, k, sync, warmup_ms)
 
 
 def warm(unit, k, sync, warmup_ms):
@@ -145,8 +173,101 @@ def wait_barrier(args):
         time.sleep(0.0005)
 
 
+def pct(sorted_us, p):
+    """Nearest rank, as fracgpu-bench-client's pct()."""
+    if not sorted_us:
+        return 0.0
+    rank = int(math.ceil(p * len(sorted_us)))
+    return sorted_us[min(len(sorted_us), max(rank, 1)) - 1]
+
+
+def ms_fields(prefix, us):
+    s = sorted(us)
+    out = {prefix + k: pct(s, p) / 1000.0 for k, p in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99),
+                                                       ("p999_ms", 0.999))}
+    out[prefix + "max_ms"] = s[-1] / 1000.0 if s else 0.0
+    return out
+
+
+def sleep_precise(seconds):
+    """Sleep to 200 us before, then spin: the host's wake-up lateness is in no latency."""
+    until = time.perf_counter() + seconds
+    coarse = until - 0.0002
+    now = time.perf_counter()
+    if now < coarse:
+        time.sleep(coarse - now)
+    while time.perf_counter() < until:
+        pass
+
+
+def set_timer_slack():
+    try:
+        import ctypes  # noqa: PLC0415
+        ctypes.CDLL(None, use_errno=True).prctl(29, ctypes.c_ulong(1), 0, 0, 0)  # PR_SET_TIMERSLACK, 1 ns
+    except (OSError, AttributeError):
+        pass
+
+
+def measure_latency(args, torch, request, between, name):
+    """A latency tenant's measurement, as fracgpu-bench-client's latency mode (latency.cpp):
+    after --warmup-ms and five unmeasured requests, --requests requests (or --seconds, or
+    --stop-file); regular: --think-us after each reply; poisson: an open loop with exponential
+    gaps of mean --think-us (the same sequence for every run of one --seed). Latency counts from
+    submission to the end of the request's synchronisation; the Poisson queueing delay from the
+    scheduled arrival is kept apart. between() (the LLM's cache crop) runs outside the timing."""
+    import random  # noqa: PLC0415
+    if args.warmup_ms > 0:
+        sleep_precise(args.warmup_ms / 1000.0)
+    for _ in range(5):
+        request()
+        if between:
+            between()
+    poisson = args.arrival == "poisson"
+    rng = random.Random(args.seed)
+    lat, queue, resp = [], [], []
+    t0 = time.time()
+    end = t0 + args.seconds
+    clock = time.perf_counter
+    arrival = clock()
+    while len(lat) < args.requests and time.time() < end:
+        if poisson:
+            arrival += rng.expovariate(1e6 / max(1.0, args.think_us))
+            wait = arrival - clock()
+            if wait > 0:
+                sleep_precise(wait)
+        submit = clock()
+        request()
+        done = clock()
+        lat.append((done - submit) * 1e6)
+        if poisson:
+            queue.append(max(0.0, (submit - arrival) * 1e6))
+            resp.append(queue[-1] + lat[-1])
+        if between:
+            between()
+        if not poisson and args.think_us > 0:
+            think_end = done + args.think_us / 1e6
+            spent = clock()
+            if think_end > spent:
+                time.sleep(think_end - spent)
+    t1 = time.time()
+    touch(args.stop_file)  # the batch tenants of the phase stop measuring
+    res = {"ok": bool(lat), "unit": name, "arrival": args.arrival, "t_start": t0, "t_end": t1,
+           "requests": len(lat), "latency_from": "submission", "think_us": args.think_us,
+           "lat_us": [round(x, 1) for x in lat], "impl": "torch", "torch": torch.__version__,
+           "device": torch.cuda.get_device_name(0)}
+    res.update(ms_fields("", lat))
+    if poisson:
+        res.update(ms_fields("queue_", queue))
+        res.update(ms_fields("response_", resp))
+        res["offered_per_s"] = 1e6 / max(1.0, args.think_us)
+        res["queue_us"] = [round(x, 1) for x in queue]
+    return res
+
+
 def measure(args, torch, unit, k, name):
     """One measurement of --seconds (or until --stop-file): the samples and the rate."""
+    if args.mode in LATENCY_MODES:
+        return measure_latency(args, torch, unit, k, name)
     k = args.sync_every or k
     sync = torch.cuda.synchronize
     t0 = time.time()
@@ -177,11 +298,13 @@ def serve(args):
     may name another mode (--mode, first): its model is built on first use and kept, so one
     worker serves every kind; with --barrier it warms up, touches --ready and waits."""
     torch, unit, k, name = open_unit(args)
+    set_timer_slack()
     units = {args.mode: (unit, k, name)}
     for mode in filter(None, args.prepare.split(",")):  # built while the other workers start, too
         if mode not in units:
             units[mode] = make_unit(torch, mode)
-            warm(units[mode][0], 1, torch.cuda.synchronize, 0)
+            warm_mode(mode, units[mode][0], 1 if mode not in LATENCY_MODES else units[mode][1],
+                      torch.cuda.synchronize, 0)
     touch(args.ready)
     base = argparse.Namespace(**vars(args))
     base.barrier = base.ready = ""
@@ -203,7 +326,7 @@ def serve(args):
             if r.mode not in units:
                 units[r.mode] = make_unit(torch, r.mode)
             unit, k, name = units[r.mode]
-            if r.warmup_ms > 0:
+            if r.warmup_ms > 0 and r.mode not in LATENCY_MODES:  # a latency round pauses instead
                 warm(unit, r.sync_every or k, torch.cuda.synchronize, r.warmup_ms)
             touch(r.ready)
             wait_barrier(r)

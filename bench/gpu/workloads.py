@@ -30,6 +30,14 @@ KINDS = {
     "k2": (["spin", "--kernel-us", "2000", "--sync-every", "4"], ["spin", "--kernel-us", "2000", "--sync-every", "4"], None),
     # the latency tenant: one 0.1 ms kernel + sync per request (its options come per round)
     "latency": (["latency", "--kernel-us", "100"], ["latency", "--kernel-us", "100"], None),
+    # real tenants of the latency phase (--latency-tenants real; PyTorch only: torch_models.py). The
+    # driver-API arguments are the nearest stand-ins, used only where PyTorch is missing.
+    "encoder": (["latency", "--kernel-us", "100"], ["latency", "--kernel-us", "100"], "encoder"),
+    "llm": (["latency", "--kernel-us", "100"], ["latency", "--kernel-us", "100"], "llm"),
+    "tftrain": (["mixed", "--kernel-us", "500", "--bytes", str(256 << 20)],
+                ["mixed", "--kernel-us", "500", "--bytes", str(4 << 20)], "tftrain"),
+    "compiled": (["graph", "--kernel-us", "200", "--graph-kernels", "8", "--sync-every", "2"],
+                 ["graph", "--kernel-us", "200", "--graph-kernels", "8", "--sync-every", "2"], "compiled"),
     # overhead: empty-kernel launches, cuMemAlloc+cuMemFree pairs (their counts come per round)
     "launch": (["launch"], ["launch"], None),
     "alloc": (["alloc", "--bytes", str(1 << 20)], ["alloc", "--bytes", str(1 << 20)], None),

@@ -99,10 +99,19 @@ def check_results(doc):
         check(bool(doc.get(ph)), "results.json has rows for %s" % ph)
 
     ovh = {r["metric"]: r for r in doc.get("overhead", [])}
-    check(set(ovh) == {"launch", "alloc", "eager", "graph"}, "overhead: launch, alloc, eager, graph")
+    calls = {"launch_call_p50", "launch_call_mean", "launch_call_p99", "launch_deep_mean", "launch_deep_stall"}
+    check(set(ovh) == {"launch", "alloc", "eager", "graph"} | calls,
+          "overhead: launch, alloc, eager, graph and the per-call launch timing (%s)" % sorted(ovh))
     for name, r in ovh.items():
+        if name == "launch_deep_stall":  # often 0 on both sides: no ratio
+            continue
         check(isinstance(r.get("ratio"), float) and r["ratio"] > 0 and r.get("ratio_spread", {}).get("n", 0) >= 3,
               "overhead %s: a ratio with its spread over >= 3 pairs (%s)" % (name, r.get("ratio")))
+    for name in calls - {"launch_deep_stall"}:
+        r = ovh.get(name, {})
+        check(all(isinstance(r.get(k), float) and r[k] > 0 for k in ("native", "fracgpu", "shim_ratio", "high_ratio")),
+              "overhead %s: native, fracgpu, shim without a tenant and high tenant measured (%s %s %s %s)" % (
+                  name, r.get("native"), r.get("fracgpu"), r.get("shim_ratio"), r.get("high_ratio")))
 
     frac = [r for r in doc.get("shares", []) if r.get("setup") == "fracgpu"]
     check({r["split"] for r in frac} == {"70/30", "50/50", "90/10", "50/30/20"}, "shares: every split")

@@ -9,6 +9,7 @@
 //       [--serve DIR [--idle-s S]]
 //
 // MODE: launch (empty-kernel launch rate: --count launches then one sync, --reps times),
+// launchtime (the host time of each such cuLaunchKernel call, shallow and deep queue),
 // alloc (cuMemAlloc+cuMemFree pairs of --bytes, --count per rep), spin (compute-bound:
 // --kernel-us kernels back to back), copy (memory-bound: --bytes device-to-device copies),
 // mixed (a "training step": spin kernel + copy + spin), graph (a captured graph of
@@ -32,6 +33,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -60,6 +62,61 @@ void run_launch(const Options& o, const Gpu& g) {
   }
   emit(o, head(g, "launch") + ",\"value\":" + std::to_string(median(ns)) +
               ",\"value_unit\":\"ns_per_launch\",\"reps\":" + list(ns, 2));
+}
+
+// launchtime: the host time of each cuLaunchKernel call of an empty kernel, read around the
+// call (steady_clock, a vDSO read: ~20 ns, the same in every way compared). Two passes of
+// --count launches: "shallow" synchronises every --sync-every launches (the queue never fills,
+// so a call's time is the driver's and the shim's host path alone) and "deep" once at the end
+// (as the launch mode: once the queue is full a call waits for the GPU; calls over 20 us are
+// counted as stalls, where the time goes when the host path is not the cause). --reps times,
+// the median rep of each figure reported.
+std::string call_stats(const char* prefix, std::vector<double> ns, double wall_ns) {
+  double sum = 0, stall = 0;
+  unsigned long long stalls = 0;
+  for (double v : ns) {
+    sum += v;
+    if (v > 20000) {
+      stall += v;
+      ++stalls;
+    }
+  }
+  const double n = static_cast<double>(ns.size());
+  std::sort(ns.begin(), ns.end());
+  const std::string p = prefix;
+  return ",\"" + p + "p50_ns\":" + std::to_string(pct(ns, 0.5)) + ",\"" + p +
+         "p90_ns\":" + std::to_string(pct(ns, 0.9)) + ",\"" + p +
+         "p99_ns\":" + std::to_string(pct(ns, 0.99)) + ",\"" + p +
+         "p999_ns\":" + std::to_string(pct(ns, 0.999)) + ",\"" + p +
+         "mean_ns\":" + std::to_string(sum / n) + ",\"" + p + "stalls\":" + std::to_string(stalls) +
+         ",\"" + p + "stall_ns_per_launch\":" + std::to_string(stall / n) + ",\"" + p +
+         "wall_ns_per_launch\":" + std::to_string(wall_ns / n);
+}
+
+void run_launchtime(const Options& o, const Gpu& g) {
+  using clock = std::chrono::steady_clock;
+  const unsigned long long n = o.count;
+  if (n == 0) fail(o, "launchtime needs --count > 0");
+  std::vector<double> call(n);
+  auto pass = [&](unsigned every, const char* prefix) {
+    const auto t0 = clock::now();
+    for (unsigned long long i = 0; i < n; ++i) {
+      const auto a = clock::now();
+      check(d.LaunchKernel(g.empty, 1, 1, 1, 1, 1, 1, 0, g.stream, nullptr, nullptr), "launch");
+      call[i] = std::chrono::duration<double, std::nano>(clock::now() - a).count();
+      if (every > 0 && (i + 1) % every == 0) sync(g);
+    }
+    sync(g);
+    return call_stats(prefix, call,
+                      std::chrono::duration<double, std::nano>(clock::now() - t0).count());
+  };
+  pass(o.sync_every, "warm_");  // first launches, the tenant's first grant, the limiter's estimate
+  std::string body;
+  for (unsigned long long r = 0; r < std::max(1ULL, o.reps); ++r)
+    body += (r ? "," : "") + std::string("{") + pass(o.sync_every, "shallow_").substr(1) +
+            pass(0, "deep_") + "}";
+  emit(o, head(g, "launchtime") + ",\"count\":" + std::to_string(n) +
+              ",\"sync_every\":" + std::to_string(o.sync_every) + ",\"passes\":[" + body + "]");
 }
 
 void run_alloc(const Options& o, const Gpu& g) {
@@ -259,8 +316,10 @@ void serve_round(const Options& base, Options o, std::vector<std::string> args, 
                  const Gpu& g) {
   if (args.size() >= 2 && args[0] == "--mode") {
     const bool both_throughput = is_throughput(args[1]) && is_throughput(base.mode);
-    const bool both_oneshot = (args[1] == "launch" || args[1] == "alloc") &&
-                              (base.mode == "launch" || base.mode == "alloc");
+    auto oneshot = [](const std::string& m) {
+      return m == "launch" || m == "alloc" || m == "launchtime";
+    };
+    const bool both_oneshot = oneshot(args[1]) && oneshot(base.mode);
     if (!both_throughput && !both_oneshot)
       fail(base, "--mode " + args[1] + " in a round of a " + base.mode + " worker");
     o.mode = args[1];
@@ -279,6 +338,8 @@ void serve_round(const Options& base, Options o, std::vector<std::string> args, 
     run_latency(o, g);
   } else if (o.mode == "launch") {
     run_launch(o, g);
+  } else if (o.mode == "launchtime") {
+    run_launchtime(o, g);
   } else {
     run_alloc(o, g);
   }
@@ -292,7 +353,7 @@ void serve(const Options& base, const Gpu& g) {
     warm(base, w, base.warmup_ms / 1000.0);
   } else if (base.mode == "latency") {
     prepare_latency(base, g);
-  } else if (base.mode != "launch" && base.mode != "alloc") {
+  } else if (base.mode != "launch" && base.mode != "alloc" && base.mode != "launchtime") {
     fail(base, "--serve does not serve mode " + base.mode);
   }
   int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -329,6 +390,8 @@ int main(int argc, char** argv) {
     run_launch(o, g);
   } else if (o.mode == "alloc") {
     run_alloc(o, g);
+  } else if (o.mode == "launchtime") {
+    run_launchtime(o, g);
   } else if (o.mode == "mem") {
     run_mem(o, g);
   } else if (o.mode == "latency") {
