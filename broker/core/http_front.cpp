@@ -53,15 +53,24 @@ bool short_of_descriptors(int fd) {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
   }
 }
 
@@ -139,12 +148,10 @@ Status HttpFront::start(const ListenAddress& address) {
   timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (wake_fd_ < 0 || timer_fd_ < 0) return Status::failure(label_ + ": cannot create its timers");
   listen_id_ = loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_all(); });
-  const bool added = listen_id_ != 0 &&
-                     loop_.add(wake_fd_, EPOLLIN, [this](uint32_t) { on_wake(); }) != 0 &&
-                     loop_.add(timer_fd_, EPOLLIN, [this](uint32_t) { on_timer(); }) != 0 &&
-                     loop_.add_timer(std::chrono::seconds(1), [this] {
-                       flush_logs(LimitClock::now());
-                     }) != 0;
+  const bool added =
+      listen_id_ != 0 && loop_.add(wake_fd_, EPOLLIN, [this](uint32_t) { on_wake(); }) != 0 &&
+      loop_.add(timer_fd_, EPOLLIN, [this](uint32_t) { on_timer(); }) != 0 &&
+      loop_.add_timer(std::chrono::seconds(1), [this] { flush_logs(LimitClock::now()); }) != 0;
   if (!added) return Status::failure(label_ + ": cannot watch its sockets");
   if (rendered_) {
     worker_ = std::make_unique<RenderWorker>(rendered_, [this] {
@@ -179,8 +186,8 @@ void HttpFront::accept_all() {
   for (int n = 0; n < kAcceptBatch && listen_id_ != 0; ++n) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       accept_backoff_.reset();
       admit(fd, peer_address(ss));
@@ -233,8 +240,7 @@ void HttpFront::admit(int fd, const std::string& peer) {
   Conn conn;
   conn.fd = fd;
   conn.peer = peer;
-  conn.loop_id =
-      loop_.add(fd, EPOLLIN, [this, id](uint32_t ev) { on_event(id, ev); });
+  conn.loop_id = loop_.add(fd, EPOLLIN, [this, id](uint32_t ev) { on_event(id, ev); });
   if (conn.loop_id == 0) {
     ::close(fd);
     return;
@@ -267,8 +273,8 @@ void HttpFront::read_head(uint64_t id, Conn& conn) {
       conn.scanned = conn.in.size();
       if (end != std::string::npos) return on_head(id, conn, end);
       if (conn.in.size() > cap)
-        return respond(id, plain(431, "the request head is over " + std::to_string(cap) +
-                                          " bytes"));
+        return respond(id,
+                       plain(431, "the request head is over " + std::to_string(cap) + " bytes"));
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -329,9 +335,9 @@ void HttpFront::respond(uint64_t id, std::shared_ptr<const HttpResponse> respons
   book_.complete_head(id, LimitClock::now());  // no-op when already complete
   conn.waits_for = 0;
   conn.out_head = "HTTP/1.1 " + std::to_string(response->status) + " " +
-                  reason_phrase(response->status) + "\r\nContent-Type: " +
-                  response->content_type + "\r\nContent-Length: " +
-                  std::to_string(response->body.size()) + "\r\nConnection: close\r\n" +
+                  reason_phrase(response->status) + "\r\nContent-Type: " + response->content_type +
+                  "\r\nContent-Length: " + std::to_string(response->body.size()) +
+                  "\r\nConnection: close\r\n" +
                   (response->status == 405 ? "Allow: GET, HEAD\r\n" : "") + "\r\n";
   conn.response = std::move(response);
   conn.sent = 0;
@@ -446,9 +452,10 @@ void HttpFront::flush_logs(LimitClock::time_point now) {
     spdlog::warn("{}: cut {} more connection(s) past their deadline (not logged one by one)",
                  label_, n);
   if (uint64_t n = evict_log_.flush(now))
-    spdlog::warn("{}: closed {} more connection(s) over the connection bounds (not logged one by "
-                 "one)",
-                 label_, n);
+    spdlog::warn(
+        "{}: closed {} more connection(s) over the connection bounds (not logged one by "
+        "one)",
+        label_, n);
   if (uint64_t n = refuse_log_.flush(now))
     spdlog::warn("{}: refused {} more connection(s) (not logged one by one)", label_, n);
 }

@@ -15,13 +15,13 @@
 //    10 s, with the count of what was not logged).
 // Every answer closes its connection (Connection: close): no keep-alive to bound.
 //
-// Why not the library's own server: cpp-httplib 0.11 (Debian 12) gives each accepted
-// connection a thread of a fixed pool (8 on this machine) and its read timeout is per
-// read, so 8 connections sending a header byte now and then hold every worker forever
-// (measured in tests/broker/http_abuse_test.cpp against the old server); civetweb 1.15's
-// request_timeout_ms bounds the whole head, but it also serves one connection per worker
-// thread, so 1,000 slow heads queue a scrape behind them for request_timeout_ms each per
-// worker (docs/security.md, "The HTTP face").
+// Why not a library's own server: cpp-httplib 0.11 (Debian 12) gives each accepted
+// connection a thread of a fixed pool (max(8, cores - 1)) and its read timeout is per
+// read, so a few connections sending a header byte now and then hold every worker
+// (tests/broker/http_abuse_test.cpp fails against the old server); civetweb 1.15's
+// request_timeout_ms bounds the whole head, but it also gives each connection a worker
+// thread while reading, so it holds only with more threads than the attacker has
+// connections (measured: docs/security.md, "The HTTP face").
 //
 // Cost: per connection one accept4, a few recv/send and epoll_ctl calls, and O(log n)
 // in the book; per scrape one render, shared.

@@ -2,8 +2,9 @@
 // the simulated GPU with --metrics-listen on 127.0.0.1 and its default bounds:
 //  - 1,000 abusive connections from 125 loopback addresses (a third half-open, a third
 //    sending one header byte a second, a third one header line a second, none ever
-//    finishing, each reconnected as soon as the broker cuts it) are kept up for 8 s while a scrape of /metrics and a probe of /healthz must each be answered,
-//    whole, within 1 s, four times a second; the broker logs its cuts rate-limited;
+//    finishing, each reconnected as soon as the broker cuts it) are kept up for 8 s while a scrape
+//    of /metrics and a probe of /healthz must each be answered, whole, within 1 s, four times a
+//    second; the broker logs its cuts rate-limited;
 //  - one address holds at most its bound of connections (the default, 16): the oldest
 //    are closed, the newest stay, and that address still gets an answer;
 //  - the new flags' bad values stop the start with an error naming the flag;
@@ -49,7 +50,8 @@ int free_port() {
 
 // A non-blocking connection from `source` (any 127.0.0.0/8 address) to 127.0.0.1:port.
 int connect_from(const std::string& source, int port, bool nonblocking) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+  const int fd =
+      ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
   if (fd < 0) return -1;
   sockaddr_in src{};
   src.sin_family = AF_INET;
@@ -83,7 +85,8 @@ Answer get(int port, const std::string& path, std::chrono::milliseconds limit,
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
       static_cast<ssize_t>(request.size())) {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(start + limit - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(start + limit - Clock::now());
       pollfd p{fd, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
       char buf[65536];
@@ -171,7 +174,8 @@ class Attack {
   };
   std::string source(std::size_t i) const { return "127.0.1." + std::to_string(1 + i % 125); }
   void run() {
-    for (std::size_t i = 0; i < conns_.size(); ++i) conns_[i].fd = connect_from(source(i), port_, true);
+    for (std::size_t i = 0; i < conns_.size(); ++i)
+      conns_[i].fd = connect_from(source(i), port_, true);
     while (!stop_) {
       const auto now = Clock::now();
       std::size_t open = 0;
@@ -237,10 +241,11 @@ TEST_F(HttpAbuseTest, ScrapesAnswerWithinASecondUnderAThousandAbusiveConnections
   }
   const std::size_t open_at_end = attack.open();
   attack.stop();
-  std::printf("attack: %zu connections (%zu open at the end, %llu reopened); %zu answers, "
-              "%zu late, slowest %.1f ms\n",
-              n, open_at_end, static_cast<unsigned long long>(attack.reopened()), scrapes, late,
-              std::chrono::duration<double, std::milli>(slowest).count());
+  std::printf(
+      "attack: %zu connections (%zu open at the end, %llu reopened); %zu answers, "
+      "%zu late, slowest %.1f ms\n",
+      n, open_at_end, static_cast<unsigned long long>(attack.reopened()), scrapes, late,
+      std::chrono::duration<double, std::milli>(slowest).count());
   EXPECT_EQ(late, 0u);
   EXPECT_GE(scrapes, 40u);
   EXPECT_GE(open_at_end, n * 8 / 10) << "the attack did not keep its connections up";
@@ -289,9 +294,14 @@ TEST_F(HttpAbuseTest, BadMetricsFlagsStopTheStartWithAnErrorNamingTheFlag) {
        "--metrics-max-per-peer (9) must not exceed --metrics-max-connections (8)"},
   };
   for (const auto& [args, expected] : cases) {
-    std::vector<std::string> argv = {FRACGPU_TEST_BROKER_BIN, "--run-dir", broker_.run_dir(),
-                                     "--state-dir", broker_.state_dir(), "--driver",
-                                     FRACGPU_TEST_FAKE_DRIVER, "--metrics-listen",
+    std::vector<std::string> argv = {FRACGPU_TEST_BROKER_BIN,
+                                     "--run-dir",
+                                     broker_.run_dir(),
+                                     "--state-dir",
+                                     broker_.state_dir(),
+                                     "--driver",
+                                     FRACGPU_TEST_FAKE_DRIVER,
+                                     "--metrics-listen",
                                      "127.0.0.1:" + std::to_string(port_)};
     argv.insert(argv.end(), args.begin(), args.end());
     const ProcessResult r = run_process(argv, broker_.env(), 20s);
@@ -302,8 +312,8 @@ TEST_F(HttpAbuseTest, BadMetricsFlagsStopTheStartWithAnErrorNamingTheFlag) {
 }
 
 TEST_F(HttpAbuseTest, TheProbeAsksTheAdminSocketAndFailsWithoutABroker) {
-  const std::vector<std::string> probe = {FRACGPU_TEST_BROKER_BIN, "--probe", "--run-dir",
-                                          broker_.run_dir(), "--probe-timeout", "2000"};
+  const std::vector<std::string> probe = {FRACGPU_TEST_BROKER_BIN, "--probe",         "--run-dir",
+                                          broker_.run_dir(),       "--probe-timeout", "2000"};
   const auto before = Clock::now();
   const ProcessResult none = run_process(probe, broker_.env(), 20s);
   EXPECT_EQ(none.status, 1) << none.err;

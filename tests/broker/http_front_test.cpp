@@ -6,6 +6,8 @@
 //  - HttpFront in-process over real loopback sockets: routes, errors, trickling connections
 //    cut at their deadline while a client still gets its answer, the per-peer bound.
 // The 1,000-connection attack on a real broker is tests/broker/http_abuse_test.cpp.
+#include "core/http_front.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,7 +24,6 @@
 #include <vector>
 
 #include "core/http_connection_book.h"
-#include "core/http_front.h"
 #include "core/http_request_head.h"
 #include "core/render_worker.h"
 
@@ -196,7 +197,8 @@ std::string exchange(int port, const std::string& request, std::chrono::millisec
       static_cast<ssize_t>(request.size())) {
     const auto deadline = Clock::now() + limit;
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       pollfd p{fd, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
       char buf[8192];
