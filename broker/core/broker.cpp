@@ -170,9 +170,16 @@ Status Broker::start() {
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
   if (!options_.metrics_listen.empty()) {
-    metrics_ = std::make_unique<MetricsServer>(state_mutex_, [this] {
-      return take_metrics_snapshot({*registry_, *tracker_, compute_.get(), audit_.get()});
-    });
+    HttpLimits limits;
+    limits.head_timeout = std::chrono::milliseconds(options_.metrics_request_timeout_ms);
+    limits.max_connections = static_cast<std::size_t>(options_.metrics_max_connections);
+    limits.max_per_peer = static_cast<std::size_t>(options_.metrics_max_per_peer);
+    metrics_ = std::make_unique<MetricsServer>(
+        state_mutex_,
+        [this] {
+          return take_metrics_snapshot({*registry_, *tracker_, compute_.get(), audit_.get()});
+        },
+        limits);
     if (auto s = metrics_->start(*parse_listen_address(options_.metrics_listen)); !s) return s;
   }
   return {};
@@ -381,6 +388,8 @@ int Broker::run() {
                paths::kAdminSocketName);
   notify_ready();
   loop_.run();
+  // Before the state mutex: a scrape being rendered may be waiting for it.
+  if (metrics_) metrics_->stop();
   std::lock_guard<std::mutex> lock(state_mutex_);
   shutdown();
   return 0;

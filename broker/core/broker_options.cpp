@@ -34,6 +34,17 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "Bytes charged per CUDA context: auto (measured at start) or a SIZE");
   app.add_option("--metrics-listen", o.metrics_listen,
                  "Serve Prometheus metrics on ADDR:PORT (e.g. 127.0.0.1:9400)");
+  app.add_option("--metrics-request-timeout", o.metrics_request_timeout_ms,
+                 "Milliseconds a metrics client has, from connecting, to send its whole request "
+                 "head; bytes sent do not extend it (default 2000)")
+      ->check(CLI::Range(100, 60000));
+  app.add_option("--metrics-max-connections", o.metrics_max_connections,
+                 "Metrics connections open at once; over it a newcomer replaces the oldest that "
+                 "has not sent a complete request (default 1024)")
+      ->check(CLI::Range(4, 65536));
+  app.add_option("--metrics-max-per-peer", o.metrics_max_per_peer,
+                 "Metrics connections open at once from one address (default 16)")
+      ->check(CLI::Range(1, 65536));
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off");
   app.add_option("--slice-ms", o.slice_ms, "Compute time slice under contention, ms (default 20)")
       ->check(CLI::Range(1, 1000));
@@ -172,6 +183,10 @@ Status resolve_broker_options(BrokerOptions& o) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());
   }
+  if (o.metrics_max_per_peer > o.metrics_max_connections)
+    return Status::failure("--metrics-max-per-peer (" + std::to_string(o.metrics_max_per_peer) +
+                           ") must not exceed --metrics-max-connections (" +
+                           std::to_string(o.metrics_max_connections) + ")");
   return {};
 }
 

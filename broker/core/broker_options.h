@@ -25,6 +25,10 @@ struct BrokerOptions {
   std::string reserve = "0";               // SIZE
   std::string context_footprint = "auto";  // auto | SIZE
   std::string metrics_listen;              // ADDR:PORT, empty = off
+  // The metrics endpoint's bounds (http_connection_book.h, docs/configuration.md).
+  int metrics_request_timeout_ms = 2000;  // accept -> complete request head, in all
+  int metrics_max_connections = 1024;     // open at once
+  int metrics_max_per_peer = 16;          // open at once from one address
   std::string log_level = "info";
   int ready_fd = -1;  // written to (one byte) and closed once the broker serves
   // A tenant of tenants.json that cannot be restored (a bad field, no longer admitted,

@@ -1,7 +1,6 @@
-// cpp-httplib glue for MetricsServer.
+// The two routes of MetricsServer on HttpFront, and --metrics-listen's parser.
 #include "core/metrics_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <exception>
@@ -30,52 +29,42 @@ Result<ListenAddress> parse_listen_address(const std::string& text) {
   return a;
 }
 
-MetricsServer::MetricsServer(std::mutex& state_mutex, std::function<MetricsSnapshot()> snapshot)
-    : state_mutex_(state_mutex),
-      snapshot_(std::move(snapshot)),
-      server_(std::make_unique<httplib::Server>()) {}
+MetricsServer::MetricsServer(std::mutex& state_mutex, std::function<MetricsSnapshot()> snapshot,
+                             HttpLimits limits)
+    : state_mutex_(state_mutex), snapshot_(std::move(snapshot)), front_("metrics", limits) {}
 
 MetricsServer::~MetricsServer() {
   stop();
 }
 
-Status MetricsServer::start(const ListenAddress& address) {
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    try {
-      MetricsSnapshot snapshot;
-      {
-        std::lock_guard<std::mutex> lock(state_mutex_);
-        snapshot = snapshot_();
-      }
-      std::string text;
-      {
-        std::lock_guard<std::mutex> lock(cache_mutex_);
-        text = render_metrics(snapshot, cache_);
-      }
-      res.set_content(std::move(text), "text/plain; version=0.0.4; charset=utf-8");
-    } catch (const std::exception& e) {  // prometheus-cpp reports what it refuses by throwing
-      spdlog::error("metrics: cannot render the scrape: {}", e.what());
-      res.status = 500;
-      res.set_content(std::string("cannot render metrics: ") + e.what() + "\n", "text/plain");
+HttpResponse MetricsServer::render() {
+  HttpResponse res;
+  try {
+    MetricsSnapshot snapshot;
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      snapshot = snapshot_();
     }
-  });
-  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
-  });
-  if (!server_->bind_to_port(address.host.c_str(), address.port)) {
-    return Status::failure("cannot listen for metrics on " + address.host + ":" +
-                           std::to_string(address.port));
+    res.body = render_metrics(snapshot, cache_);
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  } catch (const std::exception& e) {  // prometheus-cpp reports what it refuses by throwing
+    spdlog::error("metrics: cannot render the scrape: {}", e.what());
+    res.status = 500;
+    res.body = std::string("cannot render metrics: ") + e.what() + "\n";
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  spdlog::info("metrics on http://{}:{}/metrics", address.host, address.port);
+  return res;
+}
+
+Status MetricsServer::start(const ListenAddress& address) {
+  front_.route_rendered("/metrics", [this] { return render(); });
+  front_.route_inline("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  if (auto s = front_.start(address); !s) return s;
+  spdlog::info("metrics on http://{}:{}/metrics", address.host, front_.port());
   return {};
 }
 
 void MetricsServer::stop() {
-  if (thread_.joinable()) {
-    server_->stop();
-    thread_.join();
-  }
+  front_.stop();
 }
 
 }  // namespace fracgpu::broker

@@ -4,7 +4,9 @@
 Without --tools (ctest k8s_manifests_parse): every YAML file under k8s/deploy must parse;
 every object must have apiVersion, kind and metadata.name; the DaemonSet must never mount
 the host's /etc (the shim is installed into a fracgpu directory, never into the host's
-/etc/ld.so.preload) and must pass the paths the device plugin hands to the kubelet; the
+/etc/ld.so.preload), must pass the paths the device plugin hands to the kubelet and must
+probe the broker with `fracgpu-broker --probe` (exec), not over the metrics port; a
+NetworkPolicy must open the fracgpu pods to selected namespaces and ports only; the
 example workloads must request fracgpu.io/gpu-slice.
 
 With --tools DIR (ctest k8s_manifests_schema; DIR from tools/fetch_manifest_tools.sh):
@@ -68,6 +70,13 @@ def check_daemonset(ds, where):
         if not pod_resources or not pod_resources[0].get("readOnly"):
             problems.append(f"{where}: device-plugin must mount /var/lib/kubelet/pod-resources read-only "
                             "(the kubelet's PodResources API, for the tenants' pod labels)")
+    broker = containers.get("broker")
+    if broker is not None:
+        for kind in ("livenessProbe", "readinessProbe"):
+            command = " ".join(((broker.get(kind) or {}).get("exec") or {}).get("command", []))
+            if "fracgpu-broker --probe" not in command:
+                problems.append(f"{where}: the broker's {kind} must be the exec probe `fracgpu-broker --probe` "
+                                "(an HTTP probe of the metrics port can be failed by any pod that reaches it)")
     init = " ".join(" ".join(c.get("command", [])) for c in spec.get("initContainers", []))
     if "/usr/local/fracgpu/lib/libfracgpu.so" not in init:
         problems.append(f"{where}: the installer's ld.so.preload must name /usr/local/fracgpu/lib/libfracgpu.so")
@@ -98,6 +107,20 @@ def check_sources(root):
         problems.append(f"expected one DaemonSet, found {len(daemonsets)}")
     for path, ds in daemonsets:
         problems += check_daemonset(ds, path)
+
+    # The metrics port is open to the monitoring namespace only (networkpolicy.yaml).
+    policies = [doc for _, doc in objects if doc.get("kind") == "NetworkPolicy"
+                and (doc.get("spec", {}).get("podSelector", {}).get("matchLabels", {})
+                     .get("app.kubernetes.io/name")) == "fracgpu-node"]
+    if not policies:
+        problems.append("no NetworkPolicy selects the fracgpu-node pods: any pod could reach the metrics port")
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            if not rule.get("from") or any("namespaceSelector" not in peer for peer in rule["from"]):
+                problems.append(f"NetworkPolicy {policy['metadata']['name']}: an ingress rule admits more than "
+                                "selected namespaces")
+            if not rule.get("ports"):
+                problems.append(f"NetworkPolicy {policy['metadata']['name']}: an ingress rule admits every port")
 
     for path, doc in objects:
         if doc.get("kind") in ("Pod", "Job", "Deployment"):
