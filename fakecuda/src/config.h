@@ -33,7 +33,8 @@ std::optional<uint64_t> parse_size(std::string_view text);
 std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t min, uint64_t max);
 
 // Reads FAKECUDA_DEVICE_COUNT, FAKECUDA_MEMORY, FAKECUDA_CONTEXT_FOOTPRINT,
-// FAKECUDA_TIMESLICE_US and FAKECUDA_SHM_MODE (octal, 0600..0666, no execute bits); reports bad values on stderr (prefix given by the caller).
+// FAKECUDA_TIMESLICE_US and FAKECUDA_SHM_MODE (octal, 0600..0666, no execute bits); reports bad
+// values on stderr (prefix given by the caller).
 DeviceConfig read_device_config(const char* log_prefix);
 
 // FAKECUDA_COPY_BANDWIDTH: the speed of this process's copies in bytes per second, for

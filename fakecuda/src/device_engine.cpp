@@ -97,9 +97,8 @@ bool DeviceEngine::my_turn() const {
 
 void DeviceEngine::purge_dead_parties() {
   const EngineParty& owner = record_->owner;
-  if (owner.pid != 0 &&
-      (!process_alive(owner.pid, owner.start_time, owner.place) ||
-       process_stopped(owner.pid, owner.place))) {
+  if (owner.pid != 0 && (!process_alive(owner.pid, owner.start_time, owner.place) ||
+                         process_stopped(owner.pid, owner.place))) {
     record_->owner = EngineParty{};
     record_->running_chunks.store(0);  // the dead owner may have died mid-chunk
     record_->wake_sequence.fetch_add(1);
@@ -108,7 +107,8 @@ void DeviceEngine::purge_dead_parties() {
   for (EngineWaiter& waiter : record_->waiters) {
     if (waiter.ticket == 0) continue;
     if (process_alive(waiter.party.pid, waiter.party.start_time, waiter.party.place) &&
-        !process_stopped(waiter.party.pid, waiter.party.place)) {  // a stopped waiter queues again when it runs
+        !process_stopped(waiter.party.pid,
+                         waiter.party.place)) {  // a stopped waiter queues again when it runs
       ++live_waiters;
     } else {
       waiter.ticket = 0;

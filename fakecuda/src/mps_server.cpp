@@ -88,7 +88,8 @@ void MpsServer::serve_device(uint32_t device) {
   use_tight_timer_slack();
   MpsDeviceRecord& dev = record_->devices[device];
   EngineRecord& engine_record = layout_->engines[device];
-  DeviceEngine engine(&engine_record, EngineParty{pid_, start_time_, kExecutorIdBase + device, place_});
+  DeviceEngine engine(&engine_record,
+                      EngineParty{pid_, start_time_, kExecutorIdBase + device, place_});
   const int64_t timeslice_ns = static_cast<int64_t>(layout_->timeslice_us) * 1000;
   while (!stopping_.load()) {
     if (dev.active.load() == 0) {

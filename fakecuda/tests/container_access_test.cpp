@@ -58,7 +58,8 @@ class ContainerAccess : public FakeDeviceTest {
     ASSERT_NE(lib_, nullptr) << dlerror();
     init_ = reinterpret_cast<nvml::InitFn>(dlsym(lib_, "nvmlInit_v2"));
     shutdown_ = reinterpret_cast<nvml::InitFn>(dlsym(lib_, "nvmlShutdown"));
-    handle_ = reinterpret_cast<nvml::GetHandleByIndexFn>(dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
+    handle_ =
+        reinterpret_cast<nvml::GetHandleByIndexFn>(dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
     compute_ = reinterpret_cast<nvml::GetRunningProcessesFn>(
         dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
     ASSERT_TRUE(init_ && shutdown_ && handle_ && compute_);
@@ -84,7 +85,8 @@ class ContainerAccess : public FakeDeviceTest {
   }
 
   std::unique_ptr<ChildProcess> start_pid_helper() {
-    auto helper = std::make_unique<ChildProcess>(std::vector<std::string>{FAKECUDA_CTL_PATH, "pid-helper"});
+    auto helper =
+        std::make_unique<ChildProcess>(std::vector<std::string>{FAKECUDA_CTL_PATH, "pid-helper"});
     const std::string line = helper->read_line();
     EXPECT_NE(line.find("pid helper serving /dev/shm" + shm_name + ".pids"), std::string::npos)
         << line;
@@ -93,7 +95,8 @@ class ContainerAccess : public FakeDeviceTest {
 
   // `fakecuda-test-child ARGS...` as pid 1 of a new PID namespace with its own /proc.
   static std::vector<std::string> in_pid_namespace(std::vector<std::string> args) {
-    args.insert(args.begin(), {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", child_program()});
+    args.insert(args.begin(),
+                {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", child_program()});
     return args;
   }
 
@@ -140,7 +143,8 @@ TEST_F(ContainerAccess, ASweepInsideAPidNamespaceLeavesTheHostsProcessesAlone) {
   // `status` sweeps dead processes first; from its namespace this process is invisible.
   int exit_status = -1;
   const std::string seen = run_and_capture(
-      {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", FAKECUDA_CTL_PATH, "status"}, &exit_status);
+      {"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", FAKECUDA_CTL_PATH, "status"},
+      &exit_status);
   EXPECT_EQ(exit_status, 0) << seen;
   EXPECT_EQ(parse_device_status(seen).used, 264 * kMiB) << seen;
   EXPECT_EQ(device_status().used, 264 * kMiB) << "the container's sweep reclaimed nothing";

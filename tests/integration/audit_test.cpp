@@ -238,7 +238,7 @@ class AuditTest : public ShimFixture {
     if (registered_parent) extra.push_back("--registered-parent");
     env["FRACGPU_SHIM"] = FRACGPU_SHIM_PATH;
     env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
-      std::vector<std::string> argv{FRACGPU_CLI, "run",
+    std::vector<std::string> argv{FRACGPU_CLI, "run",
                                   "--memory",  "1GiB",
                                   "--gpu",     "0",
                                   "--name",    "bypass",
@@ -635,7 +635,8 @@ TEST_F(AuditTest, ABypassInItsOwnPidNamespaceIsCaughtUnderItsHostPid) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (a PID namespace)";
   start_audited_broker("kill");
   start_pid_helper();
-  const pid_t child = start_bypass(8 * kGiB, /*registered_parent=*/true, /*pid_namespace=*/true).first;
+  const pid_t child =
+      start_bypass(8 * kGiB, /*registered_parent=*/true, /*pid_namespace=*/true).first;
   ASSERT_GT(child, 2) << "the bypass's host pid";
   BackgroundProcess& run = *background_.back();
   ASSERT_EQ(run.wait_until_ready([&] { return !line_with(run.out(), "child").is_null(); },
