@@ -92,7 +92,7 @@ nvml::Return running_processes(Device device, unsigned int* count, Info* infos) 
     if (bytes == 0) continue;
     if (found < *count) {
       Info info{};
-      info.pid = static_cast<unsigned int>(p.pid);
+      info.pid = static_cast<unsigned int>(fakecuda::reported_pid(p));  // host pid, as NVML
       info.usedGpuMemory = bytes;
       if constexpr (sizeof(Info) == sizeof(nvml::ProcessInfo)) {
         info.gpuInstanceId = 0xFFFFFFFFu;  // not in MIG mode

@@ -98,6 +98,20 @@ DeviceConfig read_device_config(const char* log_prefix) {
   if (config.context_footprint_bytes >= memory) config.context_footprint_bytes = memory / 2;
   read_var(log_prefix, "FAKECUDA_TIMESLICE_US", "expected 50..10000000", config.timeslice_us,
            [](std::string_view t) { return parse_unsigned(t, 50, 10'000'000); });
+  uint64_t mode = config.shm_mode;
+  read_var(log_prefix, "FAKECUDA_SHM_MODE", "expected an octal mode of 0600 or more, rw bits only",
+           mode, [](std::string_view t) -> std::optional<uint64_t> {
+             uint64_t value = 0;
+             if (t.size() < 3 || t.size() > 4) return std::nullopt;
+             for (char c : t) {
+               if (c < '0' || c > '7') return std::nullopt;
+               value = value * 8 + static_cast<uint64_t>(c - '0');
+             }
+             // The owner keeps read and write; nobody gets execute or special bits.
+             if ((value & 0600) != 0600 || (value & ~uint64_t{0666}) != 0) return std::nullopt;
+             return value;
+           });
+  config.shm_mode = static_cast<uint32_t>(mode);
   return config;
 }
 

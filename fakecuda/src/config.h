@@ -20,6 +20,9 @@ struct DeviceConfig {
   uint64_t memory_bytes = 16ull << 30;              // per device
   uint64_t context_footprint_bytes = 300ull << 20;  // charged per context
   uint64_t timeslice_us = 2000;
+  // FAKECUDA_SHM_MODE: the segment file's mode. 0600 keeps the device to its creator's uid;
+  // 0666 is what a real /dev/nvidia* node offers, so that a container user reaches it.
+  uint32_t shm_mode = 0600;
 };
 
 // Parses "1048576", "512MiB", "16GiB", "16GB" ... (binary suffixes are powers of
@@ -29,8 +32,9 @@ std::optional<uint64_t> parse_size(std::string_view text);
 // Parses a plain unsigned decimal integer within [min, max].
 std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t min, uint64_t max);
 
-// Reads FAKECUDA_DEVICE_COUNT, FAKECUDA_MEMORY, FAKECUDA_CONTEXT_FOOTPRINT and
-// FAKECUDA_TIMESLICE_US; reports bad values on stderr (prefix given by the caller).
+// Reads FAKECUDA_DEVICE_COUNT, FAKECUDA_MEMORY, FAKECUDA_CONTEXT_FOOTPRINT,
+// FAKECUDA_TIMESLICE_US and FAKECUDA_SHM_MODE (octal, 0600..0666, no execute bits); reports bad
+// values on stderr (prefix given by the caller).
 DeviceConfig read_device_config(const char* log_prefix);
 
 // FAKECUDA_COPY_BANDWIDTH: the speed of this process's copies in bytes per second, for

@@ -97,8 +97,8 @@ bool DeviceEngine::my_turn() const {
 
 void DeviceEngine::purge_dead_parties() {
   const EngineParty& owner = record_->owner;
-  if (owner.pid != 0 &&
-      (!process_alive(owner.pid, owner.start_time) || process_stopped(owner.pid))) {
+  if (owner.pid != 0 && (!process_alive(owner.pid, owner.start_time, owner.place) ||
+                         process_stopped(owner.pid, owner.place))) {
     record_->owner = EngineParty{};
     record_->running_chunks.store(0);  // the dead owner may have died mid-chunk
     record_->wake_sequence.fetch_add(1);
@@ -106,8 +106,9 @@ void DeviceEngine::purge_dead_parties() {
   uint32_t live_waiters = 0;
   for (EngineWaiter& waiter : record_->waiters) {
     if (waiter.ticket == 0) continue;
-    if (process_alive(waiter.party.pid, waiter.party.start_time) &&
-        !process_stopped(waiter.party.pid)) {  // a stopped waiter queues again when it runs
+    if (process_alive(waiter.party.pid, waiter.party.start_time, waiter.party.place) &&
+        !process_stopped(waiter.party.pid,
+                         waiter.party.place)) {  // a stopped waiter queues again when it runs
       ++live_waiters;
     } else {
       waiter.ticket = 0;

@@ -103,7 +103,11 @@ bool Driver::start(std::string& error, CUresult& failure) {
   failure = CUDA_ERROR_OPERATING_SYSTEM;
   if (!segment_.open(shared_segment_name(kLogPrefix), true, kLogPrefix, error)) return false;
   processes_ = std::make_unique<ProcessTable>(segment_.layout());
-  process_slot_ = processes_->register_self();
+  std::optional<ProcessPlace> place =
+      resolve_own_place(segment_.layout()->host_pid_ns, segment_.name(), error);
+  if (!place) return false;
+  place_ = *place;
+  process_slot_ = processes_->register_self(place_);
   if (process_slot_ < 0) {
     error = "the shared device's process table is full";
     return false;
@@ -146,7 +150,7 @@ void Driver::stop() {
 }
 
 EngineParty Driver::engine_party(uint64_t executor_id) const {
-  return EngineParty{pid_, start_time_, executor_id};
+  return EngineParty{pid_, start_time_, executor_id, place_};
 }
 
 Driver* current_driver() {

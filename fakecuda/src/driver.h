@@ -95,6 +95,7 @@ class Driver {
   uint32_t visible_count_ = 0;
   int32_t pid_ = 0;
   uint64_t start_time_ = 0;
+  ProcessPlace place_;  // its PID namespace and host pid (host_pid.h)
   std::atomic<uint64_t> next_id_{1};
 };
 

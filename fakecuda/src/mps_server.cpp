@@ -31,6 +31,10 @@ bool MpsServer::start(SegmentLayout* layout, const std::string& pipe_dir, std::s
   layout_ = layout;
   pid_ = ::getpid();
   start_time_ = process_start_time(pid_).value_or(0);
+  std::optional<ProcessPlace> place =
+      resolve_own_place(layout->host_pid_ns, shared_segment_name("fakecuda-mps-control"), error);
+  if (!place) return false;
+  place_ = *place;
   const int index = mps_register_server(layout, pipe_dir, pid_, start_time_);
   if (index < 0) {
     error = "every MPS server record of the simulated device is in use";
@@ -84,7 +88,8 @@ void MpsServer::serve_device(uint32_t device) {
   use_tight_timer_slack();
   MpsDeviceRecord& dev = record_->devices[device];
   EngineRecord& engine_record = layout_->engines[device];
-  DeviceEngine engine(&engine_record, EngineParty{pid_, start_time_, kExecutorIdBase + device});
+  DeviceEngine engine(&engine_record,
+                      EngineParty{pid_, start_time_, kExecutorIdBase + device, place_});
   const int64_t timeslice_ns = static_cast<int64_t>(layout_->timeslice_us) * 1000;
   while (!stopping_.load()) {
     if (dev.active.load() == 0) {

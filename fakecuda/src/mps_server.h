@@ -48,6 +48,7 @@ class MpsServer {
   MpsServerRecord* record_ = nullptr;
   pid_t pid_ = 0;
   uint64_t start_time_ = 0;
+  ProcessPlace place_;  // the daemon's PID namespace and host pid (host_pid.h)
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };

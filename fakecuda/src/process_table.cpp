@@ -61,7 +61,8 @@ bool process_stopped(int32_t pid) {
   return pid > 0 && read_proc_stat(pid, state, start) && (state == 'T' || state == 't');
 }
 
-int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time) {
+int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time,
+                             const ProcessPlace& place) {
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     ProcessRecord& record = layout_->processes[i];
     uint32_t expected = static_cast<uint32_t>(from);
@@ -71,6 +72,7 @@ int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time
     }
     record.pid = pid;
     record.start_time = start_time;
+    record.place = place;
     for (uint32_t d = 0; d < kMaxDevices; ++d) {
       record.used_bytes[d].store(0);
       record.busy_ns[d].store(0);
@@ -82,15 +84,15 @@ int ProcessTable::claim_slot(ProcessState from, int32_t pid, uint64_t start_time
   return -1;
 }
 
-int ProcessTable::register_self() {
+int ProcessTable::register_self(const ProcessPlace& place) {
   int32_t pid = static_cast<int32_t>(getpid());
   uint64_t start = process_start_time(pid).value_or(0);
   // Prefer never-used slots so exited processes' history stays visible longest.
-  int index = claim_slot(ProcessState::Free, pid, start);
-  if (index < 0) index = claim_slot(ProcessState::Exited, pid, start);
+  int index = claim_slot(ProcessState::Free, pid, start, place);
+  if (index < 0) index = claim_slot(ProcessState::Exited, pid, start, place);
   if (index < 0) {
     sweep_dead();  // turns dead Live slots into reusable Exited ones
-    index = claim_slot(ProcessState::Exited, pid, start);
+    index = claim_slot(ProcessState::Exited, pid, start, place);
   }
   return index;
 }
@@ -109,7 +111,7 @@ uint64_t ProcessTable::sweep_dead() {
     ProcessRecord& record = layout_->processes[i];
     if (record.state.load(std::memory_order_acquire) != static_cast<uint32_t>(ProcessState::Live))
       continue;
-    if (process_alive(record.pid, record.start_time)) continue;
+    if (process_alive(record.pid, record.start_time, record.place)) continue;
     uint32_t expected = static_cast<uint32_t>(ProcessState::Live);
     if (!record.state.compare_exchange_strong(expected,
                                               static_cast<uint32_t>(ProcessState::Reclaiming))) {

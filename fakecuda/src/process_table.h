@@ -25,14 +25,22 @@ bool process_alive(int32_t pid, uint64_t start_time);
 // The process is stopped (SIGSTOP, a debugger: /proc state T or t).
 bool process_stopped(int32_t pid);
 
+// The pid the device reports for a process (NVML, status): its pid in the device's host
+// PID namespace, as the real driver records it (host_pid.h).
+inline int32_t reported_pid(const ProcessRecord& record) {
+  return record.place.host_pid > 0 ? record.place.host_pid : record.pid;
+}
+
 class ProcessTable {
  public:
   explicit ProcessTable(SegmentLayout* layout) : layout_(layout) {}
 
-  // Claims a slot for the calling process; returns its index or -1 when full.
-  int register_self();
+  // Claims a slot for the calling process, at `place` (resolve_own_place); returns its
+  // index or -1 when full.
+  int register_self(const ProcessPlace& place);
 
-  // Returns the memory of every dead Live process to its devices. Returns bytes freed.
+  // Returns the memory of every dead Live process to its devices. Returns bytes freed. A
+  // process this PID namespace cannot see (host_pid.h) is left alone.
   uint64_t sweep_dead();
 
   ProcessRecord& slot(int index) { return layout_->processes[index]; }
@@ -41,7 +49,7 @@ class ProcessTable {
   void retire(int index);
 
  private:
-  int claim_slot(ProcessState from, int32_t pid, uint64_t start_time);
+  int claim_slot(ProcessState from, int32_t pid, uint64_t start_time, const ProcessPlace& place);
   void reclaim(ProcessRecord& record);
 
   SegmentLayout* layout_;

@@ -43,7 +43,7 @@ bool any_live_holder(const SharedPhysicalHeader* header, ProcessTable& processes
       const ProcessRecord& record = processes.slot(slot);
       if (record.state.load(std::memory_order_acquire) ==
               static_cast<uint32_t>(ProcessState::Live) &&
-          process_alive(record.pid, record.start_time)) {
+          process_alive(record.pid, record.start_time, record.place)) {
         return true;
       }
     }

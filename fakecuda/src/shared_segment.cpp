@@ -38,6 +38,7 @@ void fill_new_layout(SegmentLayout* layout, const DeviceConfig& config) {
   layout->device_count = config.device_count;
   layout->timeslice_us = config.timeslice_us;
   layout->context_footprint_bytes = config.context_footprint_bytes;
+  layout->host_pid_ns = own_pid_namespace();
   for (uint32_t d = 0; d < kMaxDevices; ++d) {
     layout->devices[d].capacity_bytes = d < config.device_count ? config.memory_bytes : 0;
     init_engine_guard(&layout->engines[d].guard);
@@ -63,10 +64,12 @@ void SharedSegment::close() {
 }
 
 bool SharedSegment::create(int fd, const char* log_prefix) {
-  if (ftruncate(fd, sizeof(SegmentLayout)) != 0) return false;
+  const DeviceConfig config = read_device_config(log_prefix);
+  // fchmod, not shm_open's mode: that one is masked by the umask.
+  if (fchmod(fd, config.shm_mode) != 0 || ftruncate(fd, sizeof(SegmentLayout)) != 0) return false;
   layout_ = map_layout(fd);
   if (layout_ == nullptr) return false;
-  fill_new_layout(layout_, read_device_config(log_prefix));
+  fill_new_layout(layout_, config);
   layout_->ready.store(1, std::memory_order_release);
   created_ = true;
   return true;

@@ -15,12 +15,13 @@
 #include <string>
 
 #include "config.h"
+#include "host_pid.h"
 #include "mps_state.h"
 
 namespace fakecuda {
 
 inline constexpr uint64_t kSegmentMagic = 0x4655'4b45'4355'4441ull;  // "FUKECUDA"
-inline constexpr uint32_t kSegmentLayoutVersion = 5;                 // 5: MPS server records
+inline constexpr uint32_t kSegmentLayoutVersion = 6;  // 5: MPS server records; 6: host pids
 inline constexpr uint32_t kMaxProcesses = 256;
 inline constexpr uint32_t kMaxEngineWaiters = 64;
 
@@ -40,6 +41,7 @@ struct alignas(64) ProcessRecord {
   std::atomic<uint32_t> state;
   int32_t pid;
   uint64_t start_time;  // field 22 of /proc/<pid>/stat: defeats pid reuse
+  ProcessPlace place;   // its namespace and host pid (host_pid.h): what NVML reports
   std::atomic<uint64_t> used_bytes[kMaxDevices];
   std::atomic<uint64_t> busy_ns[kMaxDevices];
   std::atomic<uint64_t> kernels[kMaxDevices];
@@ -50,6 +52,7 @@ struct EngineParty {
   int32_t pid;
   uint64_t start_time;
   uint64_t executor_id;
+  ProcessPlace place;  // so that a party in another PID namespace is judged correctly
 };
 
 struct EngineWaiter {
@@ -79,6 +82,7 @@ struct SegmentLayout {
   uint32_t reserved;
   uint64_t timeslice_us;
   uint64_t context_footprint_bytes;
+  uint64_t host_pid_ns;  // the creator's PID namespace: whose pids the device records
   DeviceRecord devices[kMaxDevices];
   EngineRecord engines[kMaxDevices];
   ProcessRecord processes[kMaxProcesses];

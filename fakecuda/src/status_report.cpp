@@ -4,7 +4,7 @@
 //                 "peak_used_bytes": N, "busy_us": N, "kernels_executed": N,
 //                 "engine_owner_pid": N, "engine_waiters": N, "engine_handoffs": N,
 //                 "overlap_violations": N,
-//                 "processes": [{"pid": N, "alive": true, "used_bytes": N,
+//                 "processes": [{"pid": N (host pid), "alive": true, "used_bytes": N,
 //                                "busy_us": N, "kernels_executed": N}, ...]}, ...],
 //    "mps_servers": [{"pid": N, "pipe_dir": "...", "state": "running"|"stopping",
 //                     "uid": N|null, "clients": [{"pid": N, "uid": N, "priority": 0|1}],
@@ -30,7 +30,7 @@ bool listed(const ProcessRecord& process, uint32_t state, uint32_t device) {
 
 void write_process(std::ostringstream& out, const SegmentLayout* layout,
                    const ProcessRecord& process, bool alive, uint32_t device) {
-  out << "{\"pid\": " << process.pid << ", \"alive\": " << (alive ? "true" : "false")
+  out << "{\"pid\": " << reported_pid(process) << ", \"alive\": " << (alive ? "true" : "false")
       << ", \"used_bytes\": " << process.used_bytes[device].load()
       << ", \"busy_us\": " << process.busy_ns[device].load() / 1000
       << ", \"kernels_executed\": " << process.kernels[device].load();

@@ -190,9 +190,12 @@ def image_paths(stages, installed):
     build = stage(stages, "build")
     destdir, prefix = staging(build)
     staged_root = (destdir.rstrip("/") + "/" + prefix.strip("/")).rstrip("/")
+    # "build" itself or a stage that is it unchanged (FROM build AS binaries, which a
+    # prebuilt tree can replace as a named build context).
+    sources_of_build = {"build"} | {s.name for s in stages if s.base == "build" and not s.instructions}
     out = {}
     for src_from, sources, dest in stages[-1].copies():
-        if src_from != "build":
+        if src_from not in sources_of_build:
             continue
         for src in sources:
             src_dir = src.rstrip("/")

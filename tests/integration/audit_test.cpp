@@ -4,6 +4,9 @@
 //    the driver into a new namespace) under `fracgpu run --memory 1GiB` and holding 8 GiB
 //    is reported within 1 s in `status --json`, the metrics and the broker log, once;
 //    with --audit-action kill it is killed within 1 s; the tenant beside it stays clean;
+//  - the same bypass in a pod with its own PID namespace (unshare --pid --fork --mount-proc:
+//    its own /proc) is caught under its host pid: the simulated driver records host pids
+//    through fakecuda-ctl pid-helper, as the real driver does (issue 29);
 //  - a tenant whose ledger counter is zeroed (the test maps the ledger: it is root) is
 //    flagged, its counter restored and its next burst refused; a raised quota limit is
 //    restored and reported.
@@ -16,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -224,7 +228,10 @@ class AuditTest : public ShimFixture {
 
   // `fracgpu run --memory 1GiB -- fracgpu-bypass-client --registered-parent ...`: returns
   // the bypassing child's pid once it holds `bytes`, and when that was seen.
-  std::pair<pid_t, Clock::time_point> start_bypass(uint64_t bytes, bool registered_parent = true) {
+  // With `pid_namespace`, the bypass client runs as pid 1 of a new PID namespace (its child,
+  // the bypass, is pid 2 there): the pid returned is the one the host knows.
+  std::pair<pid_t, Clock::time_point> start_bypass(uint64_t bytes, bool registered_parent = true,
+                                                   bool pid_namespace = false) {
     Environment env = base_env_;
     env["FRACGPU_RUN_DIR"] = run_dir();
     std::vector<std::string> extra;
@@ -240,6 +247,10 @@ class AuditTest : public ShimFixture {
                                   "--bytes",   std::to_string(bytes),
                                   "--hold-ms", "20000"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    if (pid_namespace) {
+      const auto command = std::find(argv.begin(), argv.end(), std::string("--")) + 1;
+      argv.insert(command, {"unshare", "--pid", "--fork", "--mount-proc"});
+    }
     background_.push_back(std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/bypass"));
     BackgroundProcess& run = *background_.back();
     json holding;
@@ -250,9 +261,51 @@ class AuditTest : public ShimFixture {
     EXPECT_EQ(why, "") << run.out() << run.err();
     const json parent = line_with(run.out(), "parent");
     if (parent.is_object()) strays_.push_back(parent.value("parent", 0));
-    const pid_t child = holding.is_object() ? holding.value("pid", 0) : 0;
+    pid_t child = holding.is_object() ? holding.value("pid", 0) : 0;
+    if (pid_namespace) child = host_pid_of(child, run.pid());
     strays_.push_back(child);
     return {child, seen};
+  }
+
+  // The host pid of the descendant of `ancestor` that its own PID namespace calls `ns_pid`
+  // (the last field of NSpid in /proc/<pid>/status), 0 if none.
+  static pid_t host_pid_of(pid_t ns_pid, pid_t ancestor) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::istringstream status(read_text(entry.path() / "status"));
+      pid_t parent = 0;
+      std::vector<pid_t> nspids;
+      for (std::string line; std::getline(status, line);) {
+        std::istringstream fields(line.substr(line.find(':') + 1));
+        if (line.rfind("PPid:", 0) == 0) fields >> parent;
+        if (line.rfind("NSpid:", 0) == 0)
+          for (pid_t p; fields >> p;) nspids.push_back(p);
+      }
+      if (nspids.size() < 2 || nspids.back() != ns_pid) continue;
+      for (pid_t up = parent; up > 1; up = parent_of(up))
+        if (up == ancestor) return static_cast<pid_t>(std::stoi(name));
+    }
+    return 0;
+  }
+  static pid_t parent_of(pid_t pid) {
+    std::istringstream status(read_text("/proc/" + std::to_string(pid) + "/status"));
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("PPid:", 0) == 0) return static_cast<pid_t>(std::stoi(line.substr(5)));
+    return 0;
+  }
+
+  // fakecuda-ctl pid-helper for the broker's simulated device: what lets a process in another
+  // PID namespace record its host pid (fakecuda/src/host_pid.h).
+  void start_pid_helper() {
+    background_.push_back(std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_FAKECUDA_CTL, "pid-helper"}, base_env_,
+        dir_.path() + "/pid-helper"));
+    BackgroundProcess& helper = *background_.back();
+    ASSERT_EQ(helper.wait_until_ready(
+                  [&] { return helper.out().find("pid helper serving") != std::string::npos; },
+                  std::chrono::seconds(10)),
+              "");
   }
 
   TempDir dir_{"audit"};
@@ -573,6 +626,31 @@ TEST_F(AuditTest, ABypassIsCaughtThroughNvmlAttributedAndKilled) {
   EXPECT_EQ(violations("good"), 0u) << tenant("good").dump();
   EXPECT_NE(read_text(log_file()).find("tenant bypass: unregistered violation on GPU 0"),
             std::string::npos);
+}
+
+// A pod with its own PID namespace: the bypass is pid 2 there, and NVML must report the pid
+// the host knows, or the broker (which sees host pids: SO_PEERCRED, /proc) cannot attribute
+// it. Before the simulated driver recorded host pids this held 8 GiB unseen (issue 29).
+TEST_F(AuditTest, ABypassInItsOwnPidNamespaceIsCaughtUnderItsHostPid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a PID namespace)";
+  start_audited_broker("kill");
+  start_pid_helper();
+  const pid_t child =
+      start_bypass(8 * kGiB, /*registered_parent=*/true, /*pid_namespace=*/true).first;
+  ASSERT_GT(child, 2) << "the bypass's host pid";
+  BackgroundProcess& run = *background_.back();
+  ASSERT_EQ(run.wait_until_ready([&] { return !line_with(run.out(), "child").is_null(); },
+                                 std::chrono::seconds(30)),
+            "")
+      << run.out();
+  EXPECT_EQ(line_with(run.out(), "child")["signal"], SIGKILL) << run.out();
+  const json v = tenant("bypass")["violations"];
+  EXPECT_EQ(v["by_kind"]["unregistered"], 1) << v.dump();
+  EXPECT_EQ(v["by_kind"]["over_cap"], 1) << "8 GiB in a 1 GiB tenant: " << v.dump();
+  bool named = false;
+  for (const auto& r : v["recent"])
+    named = named || (r["kind"] == "unregistered" && r["pid"] == child && r["action"] == "killed");
+  EXPECT_TRUE(named) << "pid " << child << ": " << v.dump();
 }
 
 }  // namespace
