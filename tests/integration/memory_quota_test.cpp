@@ -293,7 +293,9 @@ class GarbageBroker {
         if (client < 0) return;
         char buffer[256];
         (void)!read(client, buffer, sizeof(buffer));
-        (void)!write(client, reply_.data(), reply_.size());
+        // MSG_NOSIGNAL: the shim may close first (it refuses what it reads); a plain
+        // write() would then kill the whole test binary with SIGPIPE.
+        (void)!::send(client, reply_.data(), reply_.size(), MSG_NOSIGNAL);
         close(client);
       }
     });
