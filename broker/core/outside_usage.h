@@ -46,7 +46,7 @@ struct OutsideGpu {
   bool known = false;                      // false until the audit read the GPU once
   std::vector<GpuProcessUsage> processes;  // in no tenant, largest first
   uint64_t process_bytes = 0;              // their sum
-  uint64_t driver_bytes = 0;  // NVML's device used beyond what its processes hold
+  uint64_t driver_bytes = 0;               // NVML's device used beyond what its processes hold
   uint64_t total() const { return process_bytes + driver_bytes; }
 };
 

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "common/result.h"
-#include "core/outside_usage.h"
 #include "core/gpu_inventory.h"
 #include "core/memory_arbiter.h"
+#include "core/outside_usage.h"
 #include "core/state_store.h"
 #include "core/tenant_segments.h"
 #include "core/tenant_spec.h"

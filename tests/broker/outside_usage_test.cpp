@@ -58,12 +58,12 @@ TEST(OutsideBooks, OnAFracgpuOnlyNodeEachProcessIsReportedOncePerEpisode) {
   EXPECT_NE(v[0].detail.find("pid 11 holds 1 GiB on GPU 0 in no tenant"), std::string::npos)
       << v[0].detail;
   // Still there: the same episode.
-  EXPECT_TRUE(books.update(0, "GPU-x", {{11, 2 * kGiB, true}}, 2 * kGiB, std::nullopt, kNow)
-                  .empty());
+  EXPECT_TRUE(
+      books.update(0, "GPU-x", {{11, 2 * kGiB, true}}, 2 * kGiB, std::nullopt, kNow).empty());
   // Another GPU's sample does not end it.
   EXPECT_TRUE(books.update(1, "GPU-y", {}, 0, std::nullopt, kNow).empty());
-  EXPECT_TRUE(books.update(0, "GPU-x", {{11, 2 * kGiB, true}}, 2 * kGiB, std::nullopt, kNow)
-                  .empty());
+  EXPECT_TRUE(
+      books.update(0, "GPU-x", {{11, 2 * kGiB, true}}, 2 * kGiB, std::nullopt, kNow).empty());
   // Gone, then back: a new episode.
   EXPECT_TRUE(books.update(0, "GPU-x", {}, 0, std::nullopt, kNow).empty());
   EXPECT_EQ(books.update(0, "GPU-x", {{11, 1 * kGiB, true}}, 1 * kGiB, std::nullopt, kNow).size(),

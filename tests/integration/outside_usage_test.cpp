@@ -112,7 +112,7 @@ class OutsideUsage : public BrokerFixture {
                 static_cast<long long>(took.count()));
   }
 
-  bool fracgpu_only_ = true;
+  bool fracgpu_only_ = false;  // --fracgpu-only (OutsideUsageFracgpuOnly)
   int port_ = 0;
   std::unique_ptr<BackgroundProcess> host_job_;
 };
@@ -173,8 +173,8 @@ TEST_F(OutsideUsage, LendingShrinksByItSoTheGuaranteeIsMet) {
                 std::chrono::seconds(15)),
             "")
       << borrower.err();
-  const json filled = json::parse(borrower.out().substr(0, borrower.out().find('\n')), nullptr,
-                                  false);
+  const json filled =
+      json::parse(borrower.out().substr(0, borrower.out().find('\n')), nullptr, false);
   // Its context and 14 chunks of 64 MiB: 960 MiB; not the 1.9 GiB the GPU had free.
   EXPECT_EQ(filled.value("allocated", uint64_t{0}) + 64 * kMiB, 960 * kMiB) << borrower.out();
   EXPECT_NE(borrower.err().find("held by processes outside every tenant"), std::string::npos)
@@ -190,14 +190,19 @@ TEST_F(OutsideUsage, LendingShrinksByItSoTheGuaranteeIsMet) {
       << holder.err();
 }
 
-TEST_F(OutsideUsage, OnAFracgpuOnlyNodeItIsReportedOnceAsAnOutsideViolation) {
+class OutsideUsageFracgpuOnly : public OutsideUsage {
+ protected:
+  void SetUp() override {
+    fracgpu_only_ = true;
+    OutsideUsage::SetUp();
+  }
+};
+
+TEST_F(OutsideUsageFracgpuOnly, ItIsReportedOnceAsAnOutsideViolation) {
   start_host_job();
   const std::string pid = std::to_string(host_job_->pid());
-  wait_until(
-      [&] {
-        return gpu_status()["outside"]["violations"].value("total", uint64_t{0}) >= 1;
-      },
-      std::chrono::seconds(3));
+  wait_until([&] { return gpu_status()["outside"]["violations"].value("total", uint64_t{0}) >= 1; },
+             std::chrono::seconds(3));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // five more audit passes
   const json v = gpu_status()["outside"]["violations"];
   EXPECT_EQ(v.value("reported", false), true);
@@ -210,22 +215,13 @@ TEST_F(OutsideUsage, OnAFracgpuOnlyNodeItIsReportedOnceAsAnOutsideViolation) {
   EXPECT_NE(read_text(dir_.path() + "/broker-1.log")
                 .find("violation (outside): pid " + pid + " holds 2.1 GiB on GPU 0 in no tenant"),
             std::string::npos);
-  EXPECT_EQ(sample_value(http_get(port_, "/metrics"), "fracgpu_gpu_outside_violations_total"),
-            1.0);
+  EXPECT_EQ(sample_value(http_get(port_, "/metrics"), "fracgpu_gpu_outside_violations_total"), 1.0);
   ProcessResult table = cli({"status"});
   EXPECT_NE(table.out.find("warning: GPU 0: 1 outside violation(s)"), std::string::npos)
       << table.out;
 }
 
-class OutsideUsageShared : public OutsideUsage {
- protected:
-  void SetUp() override {
-    fracgpu_only_ = false;
-    OutsideUsage::SetUp();
-  }
-};
-
-TEST_F(OutsideUsageShared, WithoutFracgpuOnlyItIsCountedButNotReported) {
+TEST_F(OutsideUsage, WithoutFracgpuOnlyItIsCountedButNotReported) {
   start_host_job();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const json v = gpu_status()["outside"]["violations"];
