@@ -180,12 +180,24 @@ std::string promised_share(const json& reply, const json& device) {
 
 std::string format_status_table(const json& reply) {
   std::string out;
-  std::vector<Row> gpus{{"GPU", "UUID", "NAME", "MEMORY", "CAPACITY"}};
+  // OUTSIDE: memory held outside every tenant ("-" until the audit read the GPU).
+  std::vector<Row> gpus{{"GPU", "UUID", "NAME", "MEMORY", "CAPACITY", "OUTSIDE"}};
+  std::string outside_lines;
   for (const auto& g : array_of(reply, "gpus")) {
+    const json outside = g.value("outside", json::object());
     gpus.push_back({count_of(g, "index"), g.value("uuid", ""), g.value("name", ""),
-                    size_of(g, "memory_total"), size_of(g, "memory_capacity")});
+                    size_of(g, "memory_total"), size_of(g, "memory_capacity"),
+                    size_of(outside, "bytes")});
+    for (const auto& p : outside.value("processes", json::array()))
+      outside_lines += "\noutside: pid " + count_of(p, "pid") + " holds " + size_of(p, "bytes") +
+                       " of GPU " + count_of(g, "index") + " in no tenant";
+    const uint64_t reported = outside.value("violations", json::object()).value("total", 0ull);
+    if (reported > 0)
+      outside_lines += "\nwarning: GPU " + count_of(g, "index") + ": " + std::to_string(reported) +
+                       " outside violation(s) (--fracgpu-only)";
   }
   out += gpus.size() > 1 ? render(gpus) : "no GPU\n";
+  if (!outside_lines.empty()) out += outside_lines.substr(1) + "\n";
   const json& tenants = array_of(reply, "tenants");
   if (tenants.empty()) return out + "\nno tenants\n";
   const WeightSums weights(reply);

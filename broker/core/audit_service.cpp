@@ -18,7 +18,8 @@ AuditService::AuditService(AuditOptions options, TenantRegistry& registry, Proce
       gpus_(gpus),
       audit_(AuditConfig{options_.action, static_cast<int32_t>(::getpid()), options_.tolerance, 2},
              processes_),
-      books_(gpus) {}
+      books_(gpus),
+      outside_(options_.fracgpu_only) {}
 
 void AuditService::open() {
   if (options_.interval_ms <= 0) {
@@ -55,12 +56,14 @@ void AuditService::audit_tick() {
     width = std::max<std::size_t>(width, g.index + 1);
   }
   std::vector<AuditSample> samples;
+  std::map<uint32_t, std::optional<uint64_t>> device_used;  // by host GPU: NVML's used memory
   for (GpuUsageSample& s : nvml_->sample()) {
     note_figures(s);
     auto gpu =
         std::find_if(gpus.begin(), gpus.end(), [&](const AuditGpu& g) { return g.uuid == s.uuid; });
     if (gpu == gpus.end()) continue;  // a GPU the broker does not manage
     if (!s.ok) spdlog::debug("audit: GPU {} not read this time: {}", gpu->index, s.error);
+    device_used[gpu->index] = s.memory_used;
     samples.push_back({gpu->index, s.ok, std::move(s.processes)});
   }
   // Built after sampling: a process that registered before allocating shows registered.
@@ -93,8 +96,29 @@ void AuditService::audit_tick() {
     tenants.push_back(std::move(at));
   }
   record(audit_.tick(gpus, tenants, samples));
+  account_outside(gpus, samples, device_used);
   nvml_time_ += std::chrono::steady_clock::now() - started;
   ++nvml_ticks_;
+}
+
+// Memory outside every tenant on each GPU read (outside_usage.h): the processes the audit
+// attributed to no tenant, and NVML's device used beyond what every listed process holds.
+void AuditService::account_outside(const std::vector<AuditGpu>& gpus,
+                                   const std::vector<AuditSample>& samples,
+                                   const std::map<uint32_t, std::optional<uint64_t>>& used) {
+  const auto now = std::chrono::system_clock::now();
+  for (const AuditSample& s : samples) {
+    if (!s.ok) continue;
+    uint64_t listed = 0;
+    for (const GpuProcessUsage& p : s.processes) listed += p.bytes_known ? p.bytes : 0;
+    std::vector<GpuProcessUsage> outside;
+    if (auto it = audit_.outside().find(s.gpu); it != audit_.outside().end()) outside = it->second;
+    auto gpu =
+        std::find_if(gpus.begin(), gpus.end(), [&](const AuditGpu& g) { return g.index == s.gpu; });
+    auto device = used.find(s.gpu);
+    outside_.update(s.gpu, gpu != gpus.end() ? gpu->uuid : std::string(), std::move(outside),
+                    listed, device != used.end() ? device->second : std::nullopt, now);
+  }
 }
 
 // The broker's record of the tenant's registered processes, rebuilt only when the

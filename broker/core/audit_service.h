@@ -28,6 +28,7 @@
 #include "core/gpu_inventory.h"
 #include "core/ledger_reconciler.h"
 #include "core/nvml_port.h"
+#include "core/outside_usage.h"
 #include "core/process_port.h"
 #include "core/process_tracker.h"
 #include "core/tenant_registry.h"
@@ -73,6 +74,8 @@ class AuditService {
   std::optional<NvmlGpuFigures> nvml_figures(const std::string& uuid) const;
 
   const ViolationLog& log() const { return log_; }
+  // Memory outside every tenant, per GPU, as of the latest NVML sample (outside_usage.h).
+  const OutsideBooks& outside() const { return outside_; }
   // Time spent in audit_tick / books_tick so far, and how many ran
   // (fracgpu_audit_duration_seconds_total, fracgpu_audit_passes_total).
   std::chrono::nanoseconds nvml_time() const { return nvml_time_; }
@@ -85,6 +88,8 @@ class AuditService {
   BooksSubject subject(Tenant& tenant);
   void record(const std::vector<Violation>& found);
   void note_figures(const GpuUsageSample& sample);
+  void account_outside(const std::vector<AuditGpu>& gpus, const std::vector<AuditSample>& samples,
+                       const std::map<uint32_t, std::optional<uint64_t>>& used);
 
   AuditOptions options_;
   TenantRegistry& registry_;
@@ -100,6 +105,7 @@ class AuditService {
   UsageAudit audit_;
   BooksCheck books_;
   ViolationLog log_;
+  OutsideBooks outside_;
   std::chrono::nanoseconds nvml_time_{0}, books_time_{0};
   uint64_t nvml_ticks_ = 0, books_ticks_ = 0;
   std::map<std::string, NvmlGpuFigures, std::less<>> figures_;  // by GPU UUID

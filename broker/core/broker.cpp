@@ -135,6 +135,7 @@ Status Broker::start() {
   audit_ =
       std::make_unique<AuditService>(options_.audit, *registry_, *tracker_, *reconciler_, gpus_);
   audit_->open();
+  registry_->set_outside(&audit_->outside());  // new guarantees fit beside it (not restores)
   for (Tenant* t : registry_->all()) {
     if (auto s = open_tenant_socket(*t); !s)
       spdlog::error("tenant {}: {}", t->spec.name, s.error());
@@ -164,8 +165,13 @@ Status Broker::start() {
     return s;
   loop_.add_timer(std::chrono::milliseconds(100), [this] { maintenance_tick(); });
   if (audit_->nvml_available()) {
-    loop_.add_timer(std::chrono::milliseconds(audit_->interval_ms()),
-                    [this] { audit_->audit_tick(); });
+    loop_.add_timer(std::chrono::milliseconds(audit_->interval_ms()), [this] {
+      audit_->audit_tick();
+      // Memory outside every tenant is no tenant's to borrow (outside_usage.h): when it
+      // grows, the enforcer's next tick takes back what now sits on a guarantee.
+      for (const GpuInfo& g : gpus_.gpus)
+        enforce_due_ |= arbiter_.set_outside(g.index, audit_->outside().bytes(g.index));
+    });
   }
   if (!loop_.stop_on_signals()) return Status::failure("cannot set up signal handling");
   loop_.set_state_mutex(&state_mutex_);
@@ -336,7 +342,10 @@ nlohmann::json Broker::list_gpus() {
   const nlohmann::json sharing =
       mps_ ? mps_->status_json() : nlohmann::json{{"mode", "time-slice"}};
   for (std::size_t i = 0; i < list.size() && i < gpus_.gpus.size(); ++i) {
-    if (audit_) list[i]["audit"] = audit_->gpu_json(gpus_.gpus[i]);
+    if (audit_) {
+      list[i]["audit"] = audit_->gpu_json(gpus_.gpus[i]);
+      list[i]["outside"] = audit_->outside().gpu_json(gpus_.gpus[i].index);
+    }
     list[i]["sharing"] = sharing;
   }
   return list;

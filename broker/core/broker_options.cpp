@@ -108,9 +108,10 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
                  "auto: an eighth of it)");
   app.add_option("--reclaim", o.reclaim,
                  "A borrower whose memory a guarantee needs and that cannot move it to host: "
-                 "swap (default: report it) or kill (SIGKILL its processes, as the kubelet "
-                 "evicts a pod over its request)")
-      ->check(CLI::IsMember({"swap", "kill"}));
+                 "kill (default: SIGKILL its processes, lowest class first, as the kubelet "
+                 "evicts a pod over its request) or report (log it; the guaranteed tenant waits; "
+                 "swap is the old name of report)")
+      ->check(CLI::IsMember({"kill", "report", "swap"}));
   app.add_option("--swap-idle-after", o.swap_idle_after_s,
                  "Move a tenant that allows swapping entirely to host memory once its processes "
                  "have not touched device memory for SECONDS (default 0: never); it resumes at its "
@@ -127,6 +128,11 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
             return std::string();
           },
           "SECONDS"));
+  app.add_flag("--fracgpu-only", o.fracgpu_only,
+               "The node's GPUs are meant for fracgpu tenants only (the Kubernetes DaemonSet sets "
+               "it): a process holding GPU memory in no tenant is reported as an 'outside' "
+               "violation. Without it, that memory is still counted (status, metrics) and kept "
+               "out of what is lent or newly guaranteed, but not reported");
   app.add_option("--ready-fd", o.ready_fd,
                  "Write one byte to this fd once serving (used by fracgpu run)")
       ->group("");  // internal
@@ -163,6 +169,7 @@ Status resolve_broker_options(BrokerOptions& o) {
   o.audit =
       AuditOptions{o.nvml, o.audit_interval_ms,
                    o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog, *tolerance};
+  o.audit.fracgpu_only = o.fracgpu_only;
   if (o.swap_host_budget == "auto") {
     o.swap_host_budget_bytes = node_memory_bytes() / 2;
   } else {
@@ -177,8 +184,8 @@ Status resolve_broker_options(BrokerOptions& o) {
     if (!floor) return Status::failure(floor.error() + " (or auto)");
     o.swap_reserve_floor_bytes = *floor;
   }
-  if (o.reclaim != "swap" && o.reclaim != "kill")
-    return Status::failure("--reclaim must be swap or kill");
+  if (o.reclaim != "kill" && o.reclaim != "report" && o.reclaim != "swap")
+    return Status::failure("--reclaim must be kill or report");
   if (!o.metrics_listen.empty()) {
     auto address = parse_listen_address(o.metrics_listen);
     if (!address) return Status::failure(address.error());

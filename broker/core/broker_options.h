@@ -52,12 +52,14 @@ struct BrokerOptions {
   // Audit backstop (issue 12): NVML usage against the books, and the books check.
   std::string nvml = "libnvidia-ml.so.1";  // --nvml PATH
   int audit_interval_ms = 500;             // 0 = no NVML audit (the books check stays on)
-  std::string audit_action = "log";        // log | kill
-  std::string audit_tolerance = "64MiB";   // SIZE, the floor of the tolerance
+  bool fracgpu_only = false;         // --fracgpu-only: memory outside every tenant is a violation
+  std::string audit_action = "log";  // log | kill
+  std::string audit_tolerance = "64MiB";  // SIZE, the floor of the tolerance
   // Overcommit (docs/configuration.md, "Swap"): host memory for tenants' swapped memory,
   // and what happens to a borrower whose memory cannot move.
-  std::string swap_host_budget = "auto";    // SIZE, or auto = half of the node's memory
-  std::string reclaim = "swap";             // swap | kill
+  std::string swap_host_budget = "auto";  // SIZE, or auto = half of the node's memory
+  // kill (default: a guarantee holds, docs/configuration.md "Swap") | report (old: swap)
+  std::string reclaim = "kill";
   double swap_idle_after_s = 0;             // move idle swappable tenants to host; 0 = never
   std::string swap_reserve_floor = "auto";  // SIZE, or auto = an eighth of the node's memory
 

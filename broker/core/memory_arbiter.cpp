@@ -87,7 +87,10 @@ Result<uint64_t> MemoryArbiter::burst(std::span<const ArbiterMember> all, const 
         format_size(q.memory_request.load()) + "): the rest of the GPU's " +
         format_size(capacity(q.host_index)) +
         " is guaranteed to or borrowed by other tenants, so at most " + format_size(most) +
-        " is available now");
+        " is available now" +
+        (outside(q.host_index) > 0 ? " (" + format_size(outside(q.host_index)) +
+                                         " more is held by processes outside every tenant)"
+                                   : std::string()));
   }
   if (grant > q.memory_grant.load()) q.memory_grant.store(grant);
   return q.memory_grant.load();

@@ -5,6 +5,10 @@
 // borrows from U through "burst" requests, and the sum of all borrowings
 // (grant - request) never exceeds U. Borrowed memory that is no longer used is
 // reclaimed once per second, and at once when another tenant's burst needs it.
+// Memory held outside every tenant (outside_usage.h: processes in no tenant, driver memory)
+// is no tenant's to have: it comes out of C (set_outside), so U shrinks by it and the
+// guarantee enforcer, which reads capacity(), takes borrowed memory back where it now sits
+// on what is guaranteed.
 #pragma once
 
 #include <algorithm>
@@ -45,7 +49,21 @@ class MemoryArbiter {
   // capacity[g] = bytes of GPU g available to tenants (total - reserve).
   explicit MemoryArbiter(std::vector<uint64_t> capacity) : capacity_(std::move(capacity)) {}
 
-  uint64_t capacity(uint32_t gpu) const { return gpu < capacity_.size() ? capacity_[gpu] : 0; }
+  // What tenants can have of GPU `gpu`: total - reserve - what is held outside every tenant.
+  uint64_t capacity(uint32_t gpu) const {
+    const uint64_t cap = gpu < capacity_.size() ? capacity_[gpu] : 0;
+    const uint64_t out = outside(gpu);
+    return cap > out ? cap - out : 0;
+  }
+  uint64_t outside(uint32_t gpu) const { return gpu < outside_.size() ? outside_[gpu] : 0; }
+  // The latest figure of memory outside every tenant on `gpu`; true when it grew (the pool
+  // shrank: the enforcer's next tick is due).
+  bool set_outside(uint32_t gpu, uint64_t bytes) {
+    if (gpu >= outside_.size()) outside_.resize(gpu + 1, 0);
+    const bool grew = bytes > outside_[gpu];
+    outside_[gpu] = bytes;
+    return grew;
+  }
 
   // Raises `who`'s grant on its device `device` (index into its TenantQuota.devices) so
   // that used + bytes fits, plus headroom when available. Returns the new grant, or the
@@ -66,6 +84,7 @@ class MemoryArbiter {
                      const DeviceQuota& q) const;
   void squeeze_others(std::span<const ArbiterMember> all, const ArbiterMember& who, uint32_t gpu);
   std::vector<uint64_t> capacity_;
+  std::vector<uint64_t> outside_;  // by GPU: held outside every tenant (outside_usage.h)
 };
 
 }  // namespace fracgpu::broker

@@ -207,6 +207,16 @@ void add_gpus(FamilyList& out, const MetricsSnapshot& s) {
   MetricFamily& utilization =
       out.open("fracgpu_gpu_utilization_ratio", "GPU utilisation reported by NVML (0..1).",
                MetricType::Gauge, n);
+  MetricFamily& outside = out.open(
+      "fracgpu_gpu_memory_outside_bytes",
+      "Device memory held outside every tenant (processes in no tenant, and NVML's device used "
+      "beyond what its processes hold), kept out of what is lent or guaranteed, bytes.",
+      MetricType::Gauge, n);
+  MetricFamily& outside_violations =
+      out.open("fracgpu_gpu_outside_violations_total",
+               "Processes found holding memory on the GPU in no tenant, on a node meant for "
+               "fracgpu tenants only (--fracgpu-only).",
+               MetricType::Counter, n);
   MetricFamily& tenants =
       out.open("fracgpu_gpu_tenants", "Tenants on the GPU.", MetricType::Gauge, n);
   MetricFamily& handoffs =
@@ -220,6 +230,8 @@ void add_gpus(FamilyList& out, const MetricsSnapshot& s) {
     add(total, l, static_cast<double>(g.memory_total));
     add(used, l, static_cast<double>(g.memory_used));
     if (g.utilization) add(utilization, l, *g.utilization);
+    if (g.memory_outside) add(outside, l, static_cast<double>(*g.memory_outside));
+    add(outside_violations, l, static_cast<double>(g.outside_violations));
     add(tenants, l, g.tenants);
     add(handoffs, l, static_cast<double>(g.compute.handoffs));
     ClientMetric& m = waits.metric.emplace_back();

@@ -109,6 +109,9 @@ void add_gpus(MetricsSnapshot& snapshot, const GpuInventory& gpus, const Compute
         m.memory_used = nvml->memory_used;
         m.utilization = nvml->utilization;
       }
+      if (const OutsideGpu* outside = audit->outside().gpu(g.index))
+        m.memory_outside = outside->total();
+      m.outside_violations = audit->outside().violations(g.index);
     }
     if (compute != nullptr) {
       if (auto c = compute->gpu_counters(g.index)) m.compute = *c;

@@ -71,6 +71,9 @@ struct GpuMetrics {
   uint64_t memory_total = 0;
   uint64_t memory_used = 0;           // NVML's figure when there is one, else the tenants' books
   std::optional<double> utilization;  // NVML only
+  // Held outside every tenant (outside_usage.h); nullopt until the audit read the GPU.
+  std::optional<uint64_t> memory_outside;
+  uint64_t outside_violations = 0;  // with --fracgpu-only
   uint32_t tenants = 0;
   GpuComputeCounters compute;  // zeros on a GPU no tenant was ever scheduled on
 };

@@ -175,6 +175,12 @@ Result<Tenant*> TenantRegistry::create(const nlohmann::json& tenant_json) {
   if (auto s = admit_tenant(*spec, gpus_, config_.reserve, specs_except(spec->name)); !s) {
     return Result<Tenant*>::failure(s.error());
   }
+  if (outside_ != nullptr) {
+    if (auto s = admit_beside_outside(*spec, nullptr, gpus_, config_.reserve,
+                                      specs_except(spec->name), *outside_);
+        !s)
+      return Result<Tenant*>::failure(s.error());
+  }
   remove_files(*spec);  // leftovers of a tenant deleted while we were down
   auto tenant = attach(*spec);
   if (!tenant) return Result<Tenant*>::failure(tenant.error());
@@ -208,6 +214,12 @@ Result<Tenant*> TenantRegistry::update(const nlohmann::json& tenant_json) {
   if (!spec) return Result<Tenant*>::failure(spec.error());
   if (auto s = admit_tenant(*spec, gpus_, config_.reserve, specs_except(spec->name)); !s) {
     return Result<Tenant*>::failure(s.error());
+  }
+  if (outside_ != nullptr) {
+    if (auto s = admit_beside_outside(*spec, &tenant->spec, gpus_, config_.reserve,
+                                      specs_except(spec->name), *outside_);
+        !s)
+      return Result<Tenant*>::failure(s.error());
   }
   if (auto s = persist_with(&*spec, nullptr, {}); !s) return Result<Tenant*>::failure(s.error());
   const bool owners_changed = spec->owners != tenant->spec.owners;

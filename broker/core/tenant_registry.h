@@ -27,6 +27,7 @@
 #include "common/result.h"
 #include "core/gpu_inventory.h"
 #include "core/memory_arbiter.h"
+#include "core/outside_usage.h"
 #include "core/state_store.h"
 #include "core/tenant_segments.h"
 #include "core/tenant_spec.h"
@@ -97,6 +98,9 @@ class TenantRegistry {
   const std::vector<ArbiterMember>& arbiter_members();
   const GpuInventory& gpus() const { return gpus_; }
   const RegistryConfig& config() const { return config_; }
+  // Memory outside every tenant (outside_usage.h): create and update refuse a request
+  // made or raised that does not fit beside it. Restores are not checked against it.
+  void set_outside(const OutsideBooks* outside) { outside_ = outside; }
 
  private:
   std::filesystem::path tenant_dir(const TenantSpec& spec) const;
@@ -121,6 +125,7 @@ class TenantRegistry {
   std::vector<ArbiterMember> members_cache_;
   uint64_t members_generation_ = ~uint64_t{0};
   std::vector<InvalidTenantEntry> quarantined_;
+  const OutsideBooks* outside_ = nullptr;
 };
 
 }  // namespace fracgpu::broker

@@ -55,6 +55,7 @@ const UsageAudit::Facts* UsageAudit::facts_of(int32_t pid) {
     facts.ancestors.emplace_back(parent, up->start_time);
     parent = up->ppid;
   }
+  facts.broker_child = parent == config_.self_pid && parent > 1;
   return &facts_.emplace(pid, std::move(facts)).first->second;
 }
 
@@ -132,6 +133,7 @@ void UsageAudit::evaluate_gpu(const AuditSample& sample, const std::string& uuid
   for (const GpuProcessUsage& p : sample.processes) {
     if (p.pid <= 1 || p.pid == config_.self_pid) continue;
     std::optional<Attribution> owner;
+    bool broker_child = false;
     const AuditRegistered* reg = nullptr;
     uint64_t start = 0;
     if (auto it = registered.find(p.pid); it != registered.end()) {
@@ -140,6 +142,7 @@ void UsageAudit::evaluate_gpu(const AuditSample& sample, const std::string& uuid
       start = reg->start_time;
     } else if (const Facts* f = facts_of(p.pid)) {
       start = f->start_time;
+      broker_child = f->broker_child;
       for (const auto& [pid, started] : f->ancestors) {
         auto up = registered.find(pid);
         if (up != registered.end() && up->second.process->start_time == started) {
@@ -153,7 +156,10 @@ void UsageAudit::evaluate_gpu(const AuditSample& sample, const std::string& uuid
           owner = Attribution{*c->second.begin(), 0};
       }
     }
-    if (!owner) continue;  // not fracgpu's process
+    if (!owner) {  // not a tenant's process: memory outside every tenant
+      if (!broker_child) outside_[g].push_back(p);
+      continue;
+    }
     const AuditTenant& t = tenants[owner->tenant];
     const uint64_t limit = g < t.limit.size() ? t.limit[g] : 0;
     Tally& tally = tallies[owner->tenant];
@@ -251,6 +257,7 @@ std::vector<Violation> UsageAudit::tick(const std::vector<AuditGpu>& gpus,
 
   std::map<EpisodeKey, Condition> current;
   std::set<uint32_t> sampled;
+  outside_.clear();
   for (const AuditSample& s : samples) {
     if (!s.ok) continue;
     sampled.insert(s.gpu);

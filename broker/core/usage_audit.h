@@ -104,6 +104,7 @@ struct AuditOptions {
   int interval_ms = 500;  // 0: no NVML audit
   AuditAction action = AuditAction::kLog;
   uint64_t tolerance = 64ull << 20;
+  bool fracgpu_only = false;  // --fracgpu-only: memory outside every tenant is a violation
 };
 
 class UsageAudit {
@@ -118,12 +119,16 @@ class UsageAudit {
   uint64_t tolerance(uint64_t limit) const;
   std::size_t cached_processes() const { return facts_.size(); }
   std::size_t open_episodes() const { return episodes_.size(); }
+  // By host GPU read this tick: its processes attributed to no tenant, neither the broker
+  // nor one of its children (memory outside every tenant, outside_usage.h).
+  const std::map<uint32_t, std::vector<GpuProcessUsage>>& outside() const { return outside_; }
 
  private:
   struct Facts {
     uint64_t start_time = 0;
     std::string cgroup;
     std::vector<std::pair<int32_t, uint64_t>> ancestors;  // (pid, start time), nearest first
+    bool broker_child = false;  // the broker is an ancestor (the MPS daemon, ...)
   };
   struct Owner {
     std::size_t tenant = 0;
@@ -155,6 +160,7 @@ class UsageAudit {
   std::unordered_map<int32_t, Facts> facts_;
   std::map<std::pair<int32_t, uint64_t>, std::string> registered_cgroups_;
   std::set<EpisodeKey> episodes_;
+  std::map<uint32_t, std::vector<GpuProcessUsage>> outside_;
 };
 
 }  // namespace fracgpu::broker

@@ -12,9 +12,9 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_spin_client)
   # same data checks, stay covered by the other tests here (the kills, the budget, the
   # routes, the broker's death with the GPU full).
   fracgpu_broker_integration_test(fracgpu_overcommit_integration_tests
-    "overcommit_test.cpp;overcommit_load_test.cpp;overcommit_kill_test.cpp;overcommit_budget_test.cpp;overcommit_routes_test.cpp;overcommit_broker_death_test.cpp;overcommit_reserve_test.cpp"
+    "overcommit_test.cpp;overcommit_load_test.cpp;overcommit_kill_test.cpp;overcommit_budget_test.cpp;overcommit_routes_test.cpp;overcommit_broker_death_test.cpp;overcommit_reserve_test.cpp;overcommit_default_test.cpp"
     SERIAL TIMEOUT 120
-    TIMING "Overcommit.AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDataSurvives:OvercommitLoad.*:OvercommitBrokerDeath.AWaitingBorrowerGetsItsMemoryBackWhenTheBrokerDies"
+    TIMING "Overcommit.AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDataSurvives:OvercommitDefaults.ABorrowerThatMayNotSwapIsStoppedAndTheGuaranteeHoldsWithinTheBound:OvercommitLoad.*:OvercommitBrokerDeath.AWaitingBorrowerGetsItsMemoryBackWhenTheBrokerDies"
     PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_SPIN_CLIENT fracgpu_spin_client)
 endif()
 

@@ -124,6 +124,10 @@ uint64_t pinned_report(const std::string& log, const std::string& tenant) {
 }
 
 TEST_F(OvercommitAppVmm, AnExportedHandleStaysResidentAndIsReportedPinned) {
+  // The sharer must outlive its report (--reclaim report, the default before issue 27).
+  kill_broker();
+  extra_broker_args_ = {"--reclaim", "report"};
+  start_broker();
   borrower_tenant("sharer");
   constexpr uint64_t kHandles = 8;
   auto sharer = start_segments("sharer", kHandles, true);

@@ -88,6 +88,10 @@ TEST_F(Overcommit, ABorrowerKilledWhileOnHostLeavesTheBooksExact) {
 }
 
 TEST_F(Overcommit, ABorrowerThatMayNotSwapKeepsItsMemoryAndIsReported) {
+  // --reclaim report, explicitly since issue 27 made kill the default (OvercommitDefaults).
+  kill_broker();
+  extra_broker_args_ = {"--reclaim", "report"};
+  start_broker();
   ProcessResult r =
       cli({"tenant", "create", "fixed", "--memory", "4GiB", "--memory-request", "0", "--gpu", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -98,7 +102,7 @@ TEST_F(Overcommit, ABorrowerThatMayNotSwapKeepsItsMemoryAndIsReported) {
                              std::chrono::seconds(15)),
       "");
   create_tenant("guaranteed", "2GiB", "2GiB");
-  const std::string log = dir_.path() + "/broker-1.log";
+  const std::string log = dir_.path() + "/broker-2.log";
   wait_until([&] { return read_text(log).find("swap never") != std::string::npos; },
              std::chrono::seconds(5));
   EXPECT_NE(read_text(log).find("tenant fixed borrows"), std::string::npos) << read_text(log);
