@@ -219,17 +219,16 @@ int main(int argc, char** argv) {
                      {"permissions", d.permissions()}});
   }
   for (const auto& d : container.cdi_devices()) cdi.push_back(d.name());
-  const nlohmann::json out = {
-      {"resource", o.resource},
-      {"endpoint", endpoint},
-      {"devices", devices},
-      {"preferred", preferred},
-      {"allocate",
-       {{"mounts", mounts},
-        {"envs", envs},
-        {"annotations", annotations},
-        {"devices", specs},
-        {"cdi_devices", cdi}}}};
+  const nlohmann::json out = {{"resource", o.resource},
+                              {"endpoint", endpoint},
+                              {"devices", devices},
+                              {"preferred", preferred},
+                              {"allocate",
+                               {{"mounts", mounts},
+                                {"envs", envs},
+                                {"annotations", annotations},
+                                {"devices", specs},
+                                {"cdi_devices", cdi}}}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

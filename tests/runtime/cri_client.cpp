@@ -36,8 +36,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -59,11 +59,13 @@ int g_timeout_s = 60;
 }
 
 [[noreturn]] void usage(const std::string& why) {
-  fail(why +
-           "\nusage: fracgpu-cri-client --endpoint unix:///PATH [--timeout-s S] "
-           "{version | run-pod POD.json | create POD.json SANDBOX NAME [ALLOCATION.json] | start ID "
-           "| status ID | wait ID | exec ID -- CMD... | stop ID [GRACE_S] | rm ID | stop-pod ID | rm-pod ID}",
-       2);
+  fail(
+      why +
+          "\nusage: fracgpu-cri-client --endpoint unix:///PATH [--timeout-s S] "
+          "{version | run-pod POD.json | create POD.json SANDBOX NAME [ALLOCATION.json] | start ID "
+          "| status ID | wait ID | exec ID -- CMD... | stop ID [GRACE_S] | rm ID | stop-pod ID | "
+          "rm-pod ID}",
+      2);
 }
 
 json read_json(const std::string& path) {
@@ -87,12 +89,19 @@ void deadline(grpc::ClientContext& context) {
 
 // The kubelet's defaults (pkg/securitycontext/util.go): what a container must not read or
 // write in /proc and /sys unless its procMount is Unmasked.
-const std::vector<std::string> kMaskedPaths = {
-    "/proc/asound",        "/proc/acpi",      "/proc/kcore",       "/proc/keys",
-    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-    "/proc/scsi",          "/sys/firmware",   "/sys/devices/virtual/powercap"};
-const std::vector<std::string> kReadonlyPaths = {"/proc/bus", "/proc/fs", "/proc/irq",
-                                                 "/proc/sys", "/proc/sysrq-trigger"};
+const std::vector<std::string> kMaskedPaths = {"/proc/asound",
+                                               "/proc/acpi",
+                                               "/proc/kcore",
+                                               "/proc/keys",
+                                               "/proc/latency_stats",
+                                               "/proc/timer_list",
+                                               "/proc/timer_stats",
+                                               "/proc/sched_debug",
+                                               "/proc/scsi",
+                                               "/sys/firmware",
+                                               "/sys/devices/virtual/powercap"};
+const std::vector<std::string> kReadonlyPaths = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                                                 "/proc/sysrq-trigger"};
 
 void namespaces(const json& spec, cri::NamespaceOption& ns) {
   ns.set_network(spec.value("hostNetwork", false) ? cri::NODE : cri::POD);
@@ -198,7 +207,9 @@ cri::ContainerConfig container_config(const json& pod, const std::string& name,
   namespaces(spec, *sc->mutable_namespace_options());
   const json psc = spec.value("securityContext", json::object());
   const json csc = c.value("securityContext", json::object());
-  const auto effective = [&](const char* key) { return csc.contains(key) ? csc[key] : psc.value(key, json()); };
+  const auto effective = [&](const char* key) {
+    return csc.contains(key) ? csc[key] : psc.value(key, json());
+  };
   if (json v = effective("runAsUser"); !v.is_null()) sc->mutable_run_as_user()->set_value(v);
   if (json v = effective("runAsGroup"); !v.is_null()) sc->mutable_run_as_group()->set_value(v);
   sc->set_readonly_rootfs(csc.value("readOnlyRootFilesystem", false));
@@ -207,7 +218,8 @@ cri::ContainerConfig container_config(const json& pod, const std::string& name,
   sc->set_no_new_privs(csc.contains("allowPrivilegeEscalation") &&
                        !csc["allowPrivilegeEscalation"].get<bool>());
   const json caps = csc.value("capabilities", json::object());
-  for (const auto& cap : caps.value("add", json::array())) sc->mutable_capabilities()->add_add_capabilities(cap);
+  for (const auto& cap : caps.value("add", json::array()))
+    sc->mutable_capabilities()->add_add_capabilities(cap);
   for (const auto& cap : caps.value("drop", json::array()))
     sc->mutable_capabilities()->add_drop_capabilities(cap);
   if (!sc->privileged()) {
@@ -334,8 +346,8 @@ int main(int argc, char** argv) {
   } else if (command == "stop-pod") {
     need(1);
     by_id<cri::StopPodSandboxRequest, cri::StopPodSandboxResponse>(
-        [&](auto* c, auto& q, auto* r) { return stub->StopPodSandbox(c, q, r); },
-        "StopPodSandbox", args[0], &cri::StopPodSandboxRequest::set_pod_sandbox_id);
+        [&](auto* c, auto& q, auto* r) { return stub->StopPodSandbox(c, q, r); }, "StopPodSandbox",
+        args[0], &cri::StopPodSandboxRequest::set_pod_sandbox_id);
   } else if (command == "rm-pod") {
     need(1);
     by_id<cri::RemovePodSandboxRequest, cri::RemovePodSandboxResponse>(
