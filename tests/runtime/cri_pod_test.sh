@@ -175,11 +175,13 @@ step "images: pause (busybox-static) and $WORKLOAD_IMAGE into containerd's k8s.i
 BUSYBOX=$(command -v busybox || true)
 [[ -n $BUSYBOX ]] && file -L "$BUSYBOX" | grep -q 'statically linked' ||
   fail "needs a static busybox (apt-get install -y busybox-static)"
-mkdir -p "$T/pause-root/bin"
-cp "$BUSYBOX" "$T/pause-root/bin/busybox"
-tar -C "$T/pause-root" -c . | podman import \
-  --change 'ENTRYPOINT ["/bin/busybox", "sleep", "2147483647"]' - localhost/fracgpu-pause:ci \
-  >/dev/null || fail "podman import of the pause image"
+if ! podman image exists localhost/fracgpu-pause:ci; then # kept between runs
+  mkdir -p "$T/pause-root/bin"
+  cp "$BUSYBOX" "$T/pause-root/bin/busybox"
+  tar -C "$T/pause-root" -c . | podman import \
+    --change 'ENTRYPOINT ["/bin/busybox", "sleep", "2147483647"]' - localhost/fracgpu-pause:ci \
+    >/dev/null || fail "podman import of the pause image"
+fi
 for image in localhost/fracgpu-pause:ci "$WORKLOAD_IMAGE"; do
   podman save "$image" 2>/dev/null |
     ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs - >"$T/import.log" 2>&1 ||
