@@ -36,10 +36,13 @@
 # (bounded waits) and removed on the way out. Skipped (exit 77) only where containerd is
 # not installed and FRACGPU_CRI_SKIP_WITHOUT_CONTAINERD is set (the ctest test sets it).
 #
-# Shown to fail against a broken path (run by hand once, 2026-12-07): with the plugin's
-# --preload-host-path naming a file that does not exist, StartContainer fails (runc cannot
-# bind-mount the missing source) and the test stops there with
-# "FAIL: StartContainer of the app container".
+# Shown to fail against a broken path (run by hand, 2026-12-07, the plugin's
+# --preload-host-path naming a file that does not exist): before the plugin checked its
+# files, containerd created the missing host path as a directory, the container started
+# with an empty directory at /etc/ld.so.preload (no shim, no cap) and the test failed at
+# "1. the container: ...: /etc/ld.so.preload in the container"; now the plugin refuses the
+# Allocate and the test fails at "the fake kubelet: ...: FAILED_PRECONDITION: fracgpu:
+# .../missing.preload on the node: No such file or directory (...)".
 set -euo pipefail
 BUILD=$(realpath -m "${1:?usage: cri_pod_test.sh BUILD_DIR}")
 start=$(date +%s)
