@@ -179,6 +179,23 @@ Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPla
   return tenant_dir_from_reply(*updated, plan.tenant);
 }
 
+std::string host_files_problem(const PluginConfig& config) {
+  for (const std::string* path : {&config.shim_host_path, &config.preload_host_path}) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(*path, ec);  // follows links, as the runtime does
+    if (st.type() == std::filesystem::file_type::regular) continue;
+    const std::string what = ec ? ec.message()
+                             : st.type() == std::filesystem::file_type::directory
+                                 ? "is a directory"
+                                 : "is not a regular file";
+    return *path + " on the node: " + what +
+           " (the DaemonSet's install-shim init container writes it; is the path right, "
+           "and is the plugin's /var/lib/fracgpu mounted?): refused, since the runtime would "
+           "mount an empty directory in its place and the container would run uncapped";
+  }
+  return "";
+}
+
 void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
                              const PluginConfig& config,
                              v1beta1::ContainerAllocateResponse& response) {

@@ -66,6 +66,13 @@ Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPla
 // or ".." components whose last component is the tenant's name.
 Result<std::string> tenant_dir_from_reply(const nlohmann::json& reply, const std::string& tenant);
 
+// Why the files the response mounts from the host (the shim, the preload file) cannot be
+// handed out, or "" when both are regular files. A missing host path is not an error to the
+// runtime: containerd's CRI creates it as an empty directory and mounts that, so the
+// container would start with a directory at /etc/ld.so.preload and run without its cap
+// (tests/runtime/cri_pod_test.sh showed it with containerd 1.6). Two stat(2) calls.
+std::string host_files_problem(const PluginConfig& config);
+
 // Fills the kubelet's response: mounts (the tenant's directory `tenant_dir` read-only at
 // kContainerRunDir), environment and annotations.
 void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,

@@ -93,6 +93,12 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
                    joined(container.devices_ids()), plan.error());
       return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
     }
+    // Before the tenant: a refused Allocate must leave nothing behind in the broker.
+    if (const std::string problem = host_files_problem(config_); !problem.empty()) {
+      spdlog::error("Allocate {} refused [{}]: {}", class_.resource_name,
+                    joined(container.devices_ids()), problem);
+      return {grpc::StatusCode::FAILED_PRECONDITION, "fracgpu: " + problem};
+    }
     auto ensured = ensure_tenant(broker_, *plan);  // the tenant's directory
     if (!ensured) {
       spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, ensured.error());

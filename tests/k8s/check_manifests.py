@@ -65,6 +65,16 @@ def check_daemonset(ds, where):
         mounts = {m["mountPath"] for m in plugin.get("volumeMounts", [])}
         if "/run/fracgpu" not in mounts:
             problems.append(f"{where}: device-plugin must see /run/fracgpu at its host path")
+        # It refuses Allocate unless the shim and preload files exist (containerd would mount
+        # an empty directory in their place): it must see them at their host paths.
+        host_of = {v["name"]: (v.get("hostPath") or {}).get("path") for v in spec.get("volumes", [])}
+        same_path = [m["mountPath"] for m in plugin.get("volumeMounts", [])
+                     if host_of.get(m["name"]) == m["mountPath"]]
+        for flag in ("--shim-host-path=", "--preload-host-path="):
+            path = next((a[len(flag):] for a in plugin.get("command", []) + plugin.get("args", [])
+                         if a.startswith(flag)), None)
+            if path and not any(path.startswith(p.rstrip("/") + "/") for p in same_path):
+                problems.append(f"{where}: device-plugin must see {path} ({flag[:-1]}) at its host path")
         pod_resources = [m for m in plugin.get("volumeMounts", [])
                          if m["mountPath"] == "/var/lib/kubelet/pod-resources"]
         if not pod_resources or not pod_resources[0].get("readOnly"):

@@ -167,10 +167,8 @@ TEST_F(DevicePluginTest, AllocateRegistersTheTenantWithItsShareOfTheGpu) {
   for (const auto& m : container.mounts())
     mounts[m.container_path()] = {m.host_path(), m.read_only()};
   ASSERT_EQ(mounts.size(), 3u);
-  EXPECT_EQ(mounts["/usr/local/fracgpu/lib/libfracgpu.so"],
-            std::make_pair(std::string("/opt/fracgpu/libfracgpu.so"), true));
-  EXPECT_EQ(mounts["/etc/ld.so.preload"],
-            std::make_pair(std::string("/opt/fracgpu/ld.so.preload"), true));
+  EXPECT_EQ(mounts["/usr/local/fracgpu/lib/libfracgpu.so"], std::make_pair(shim_host_path_, true));
+  EXPECT_EQ(mounts["/etc/ld.so.preload"], std::make_pair(preload_host_path_, true));
   // The broker's own directory for an owner-less tenant, read-only in the container.
   EXPECT_EQ(mounts["/run/fracgpu"], std::make_pair(run_dir() + "/pods/" + name, true));
   EXPECT_TRUE(std::filesystem::exists(run_dir() + "/pods/" + name + "/broker.sock"));
@@ -222,6 +220,48 @@ TEST_F(DevicePluginTest, AllocateRefusesSlicesOfTwoGpusClearly) {
   auto listed = admin_.call({{"op", "list"}});
   ASSERT_TRUE(listed);
   EXPECT_TRUE((*listed)["tenants"].empty());
+  EXPECT_TRUE(plugin_->running());
+}
+
+// A mount whose host path is missing is created by containerd's CRI as an empty directory
+// (tests/runtime/cri_pod_test.sh, containerd 1.6): the container then has a directory at
+// /etc/ld.so.preload, loads no shim and runs uncapped. So the plugin refuses the Allocate
+// (the kubelet fails the pod's admission with the message) while the shim or the preload
+// file is missing or not a regular file, creates no tenant, and serves again once it is.
+TEST_F(DevicePluginTest, AllocateIsRefusedWhileTheFilesItMountsAreMissing) {
+  const auto ids = slice_ids(gpu0_, {0, 1});
+  const std::string name = k8s::tenant_name_for(gpu0_, {0, 1});
+  std::filesystem::remove(preload_host_path_);
+  v1beta1::AllocateResponse response;
+  auto status = allocate(ids, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find(preload_host_path_ + " on the node: "), std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("uncapped"), std::string::npos) << status.error_message();
+  EXPECT_TRUE(tenant(name).is_null()) << "a refused Allocate left a tenant behind";
+
+  // What containerd leaves after such a mount: a directory at the path. Still refused.
+  std::filesystem::create_directory(preload_host_path_);
+  response.Clear();
+  status = allocate(ids, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find("is a directory"), std::string::npos)
+      << status.error_message();
+  std::filesystem::remove(preload_host_path_);
+
+  std::filesystem::rename(shim_host_path_, shim_host_path_ + ".gone");
+  std::ofstream(preload_host_path_) << "/usr/local/fracgpu/lib/libfracgpu.so\n";
+  response.Clear();
+  status = allocate(ids, response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(status.error_message().find(shim_host_path_ + " on the node: "), std::string::npos)
+      << status.error_message();
+
+  std::filesystem::rename(shim_host_path_ + ".gone", shim_host_path_);
+  response.Clear();
+  status = allocate(ids, response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(tenant(name).is_null());
   EXPECT_TRUE(plugin_->running());
 }
 

@@ -8,7 +8,9 @@
 // JSON object on stdout:
 //   {"resource", "endpoint", "devices": [healthy IDs], "preferred": [IDs],
 //    "allocate": {"mounts": [{"container_path", "host_path", "read_only"}],
-//                 "envs": {...}, "annotations": {...}}}
+//                 "envs": {...}, "annotations": {...},
+//                 "devices": [{"container_path", "host_path", "permissions"}],
+//                 "cdi_devices": [names]}}
 // Any failure (timeout, no such resource, too few healthy slices, an RPC error with the
 // gRPC status and message) is one line on stderr and exit status 1; bad usage exits 2.
 //
@@ -209,12 +211,24 @@ int main(int argc, char** argv) {
   nlohmann::json envs = nlohmann::json::object(), annotations = nlohmann::json::object();
   for (const auto& [key, value] : container.envs()) envs[key] = value;
   for (const auto& [key, value] : container.annotations()) annotations[key] = value;
-  const nlohmann::json out = {
-      {"resource", o.resource},
-      {"endpoint", endpoint},
-      {"devices", devices},
-      {"preferred", preferred},
-      {"allocate", {{"mounts", mounts}, {"envs", envs}, {"annotations", annotations}}}};
+  // Device specs and CDI device names too: a runtime test hands the whole response on.
+  nlohmann::json specs = nlohmann::json::array(), cdi = nlohmann::json::array();
+  for (const auto& d : container.devices()) {
+    specs.push_back({{"container_path", d.container_path()},
+                     {"host_path", d.host_path()},
+                     {"permissions", d.permissions()}});
+  }
+  for (const auto& d : container.cdi_devices()) cdi.push_back(d.name());
+  const nlohmann::json out = {{"resource", o.resource},
+                              {"endpoint", endpoint},
+                              {"devices", devices},
+                              {"preferred", preferred},
+                              {"allocate",
+                               {{"mounts", mounts},
+                                {"envs", envs},
+                                {"annotations", annotations},
+                                {"devices", specs},
+                                {"cdi_devices", cdi}}}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

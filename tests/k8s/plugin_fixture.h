@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -39,6 +40,17 @@ class PluginNodeTest : public ::testing::Test {
     env_["FAKECUDA_CONTEXT_FOOTPRINT"] = "64MiB";
     std::filesystem::create_directories(plugin_dir());
     std::filesystem::create_directories(dir_.path() + "/pod-resources");
+    // The files the plugin mounts must exist (it refuses Allocate otherwise): stand-ins in
+    // the test's directory unless a derived fixture named its own.
+    std::filesystem::create_directories(dir_.path() + "/host");
+    if (shim_host_path_.empty()) {
+      shim_host_path_ = dir_.path() + "/host/libfracgpu.so";
+      std::ofstream(shim_host_path_) << "not a library\n";
+    }
+    if (preload_host_path_.empty()) {
+      preload_host_path_ = dir_.path() + "/host/ld.so.preload";
+      std::ofstream(preload_host_path_) << "/usr/local/fracgpu/lib/libfracgpu.so\n";
+    }
     start_broker();
     if (HasFatalFailure()) return;
     auto gpus = admin_.gpus();
@@ -207,8 +219,8 @@ class PluginNodeTest : public ::testing::Test {
   std::vector<std::string> extra_args_;          // e.g. {"--high-slices", "2"}
   int registrations_per_start_ = 1;              // resources the plugin registers with those flags
   std::vector<std::string> pod_resources_args_;  // e.g. {"--pod-resources-interval", "1"}
-  std::string shim_host_path_ = "/opt/fracgpu/libfracgpu.so";
-  std::string preload_host_path_ = "/opt/fracgpu/ld.so.preload";
+  std::string shim_host_path_;                   // default: a file made in SetUp under dir_/host
+  std::string preload_host_path_;                // likewise
 
   TempDir dir_{"k8s"};
   Environment env_;
