@@ -85,7 +85,8 @@ bool books_agree(const BooksSubject& s) {
 
 }  // namespace
 
-BooksCheck::BooksCheck(const GpuInventory& gpus) : gpus_(gpus), swap_(std::make_unique<SwapBooks>()) {}
+BooksCheck::BooksCheck(const GpuInventory& gpus)
+    : gpus_(gpus), swap_(std::make_unique<SwapBooks>()) {}
 BooksCheck::~BooksCheck() = default;
 
 BooksCheck::TenantState& BooksCheck::state_of(const std::string& tenant) {
@@ -174,8 +175,8 @@ std::vector<Violation> BooksCheck::check(const BooksSubject& s,
     // After the quota's repair: the allowances and reserves it compares with are the broker's.
     const std::vector<SwapFinding> swap = swap_->check(s, now);
     for (const SwapFinding& f : swap)
-      ledger.push_back(violation(s, f.device, ViolationKind::kSwap, f.pid, f.bytes, "repaired",
-                                 f.detail));
+      ledger.push_back(
+          violation(s, f.device, ViolationKind::kSwap, f.pid, f.bytes, "repaired", f.detail));
     if (!swap.empty()) flag(t, now);
   }
   if (out.empty()) return ledger;

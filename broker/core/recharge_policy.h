@@ -15,8 +15,8 @@
 // Bytes on host (swapped) have no device figure: they are cut to what the cap leaves after
 // the resident charge and to what the broker's record lets the tenant have on host there
 // (DeviceQuota.host_allowance, swap_books.h) less what its other processes book on host, in
-// whole swap pages: a claim of bytes on host that the broker never let it move books nothing. Pure functions; the socket server calls them
-// once per device of a re-registration (no hot path).
+// whole swap pages: a claim of bytes on host that the broker never let it move books nothing. Pure
+// functions; the socket server calls them once per device of a re-registration (no hot path).
 #pragma once
 
 #include <sys/types.h>

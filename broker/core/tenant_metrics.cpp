@@ -138,8 +138,9 @@ std::vector<uint64_t> host_reserved_bytes_by_gpu(
   uint64_t held = 0;
   for (const ProcessTracker::Watched& w : watched)
     if (w.slot < kMaxProcesses)
-      held = saturating_add(held, std::min(per_process_most, ledger.host_reserved[w.slot].load(
-                                                                 std::memory_order_relaxed)));
+      held = saturating_add(
+          held,
+          std::min(per_process_most, ledger.host_reserved[w.slot].load(std::memory_order_relaxed)));
   for (std::size_t i = 0; i < count && held > 0; ++i) {
     out[i] = std::min(held, quota.devices[i].host_reserve.load(std::memory_order_relaxed));
     held -= out[i];
@@ -162,8 +163,7 @@ MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources) {
       snapshot.tenants.push_back(tenant_gpu(*t, i, watched, registry.gpus(), compute));
     const uint64_t most = audit != nullptr ? audit->reserve_bound(t->spec.name, t->quota())
                                            : given_reserve(t->quota());
-    const auto reserved =
-        host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count, most);
+    const auto reserved = host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count, most);
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants[first + i].memory_host_reserved = reserved[i];
   }

@@ -147,8 +147,7 @@ uint64_t kept_grant(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d) 
 // once (tenant_segment.h, "The broker's swap books"); a new tenant's ledger says 0.
 void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, const GpuInfo* gpu,
                     bool fresh_quota, bool allowance_unknown) {
-  if (allowance_unknown)
-    slot.host_allowance.store(std::min(usage.swapped.load(), d.memory_limit));
+  if (allowance_unknown) slot.host_allowance.store(std::min(usage.swapped.load(), d.memory_limit));
   // A GPU already published at this index keeps its grant; anything else starts afresh.
   const bool same_gpu = slot.present == 1 && slot.host_index == d.gpu;
   const uint64_t fresh_grant = fresh_quota

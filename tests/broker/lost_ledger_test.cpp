@@ -393,10 +393,11 @@ TEST_F(LostLedgerBooksWithNvml, ALyingProcessIsChargedWhatTheDeviceShowsItHolds)
 // across the ledger's loss) is booked, less what the tenant's other processes book there.
 TEST_F(LostLedgerBooks, AClaimOfBytesOnHostIsBoundedByWhatTheBrokerLetTheTenantMove) {
   ASSERT_EQ(tenant->quota().devices[0].host_allowance.load(), 0u);
-  json reply = call(::getpid(), {{"op", "register"},
-                                 {"protocol", 2},
-                                 {"slot", 1},
-                                 {"holdings", {{{"device", 0}, {"used", 0}, {"swapped", 896 * kMiB}}}}});
+  json reply =
+      call(::getpid(), {{"op", "register"},
+                        {"protocol", 2},
+                        {"slot", 1},
+                        {"holdings", {{{"device", 0}, {"used", 0}, {"swapped", 896 * kMiB}}}}});
   ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();
   EXPECT_EQ(reply["recharged"][0]["swapped"], 0u);
   EXPECT_EQ(ledger().devices[0].swapped.load(), 0u) << "no host memory booked for it";

@@ -7,6 +7,8 @@
 // host no more than the allowance leaves; a reserve word counts for decisions up to the
 // reserve the broker gave, and is cut past the highest reserve given since 2 s before the
 // latest cut, so that a process trimming is never flagged.
+#include "core/swap_books.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,7 +18,6 @@
 #include "core/books_check.h"
 #include "core/guarantee_enforcer.h"
 #include "core/recharge_policy.h"
-#include "core/swap_books.h"
 #include "fracgpu/ledger_protocol.h"
 #include "test_segments.h"
 
@@ -259,7 +260,7 @@ class ReserveWords : public ::testing::Test {
 };
 
 TEST_F(ReserveWords, AWordPastTheReserveGivenBooksNoMovePastTheBudget) {
-  borrower.q().host_reserve = 1 * kGiB;  // what the broker gave it
+  borrower.q().host_reserve = 1 * kGiB;                      // what the broker gave it
   borrower.ledger->host_reserved[borrower.slot] = 4 * kGiB;  // what it says it holds
   enforcer.tick(all(), arbiter, 0);
   EXPECT_EQ(borrower.q().resident_target.load(), kNoResidentTarget)
@@ -279,9 +280,9 @@ TEST_F(ReserveWords, AWordPastTheReserveGivenBooksNoMovePastTheBudget) {
 TEST_F(ReserveWords, AWordPastTheReserveGivenDoesNotInflateTheReservesRoom) {
   // The node has 2 GiB available above a 0 floor: the reserves may hold what they hold plus 2.
   uint64_t available = 2 * kGiB;
-  GuaranteeEnforcer roomy{EnforcerConfig{.host_budget = 64 * kGiB,
-                                         .host_available = [&] { return available; }},
-                          nullptr};
+  GuaranteeEnforcer roomy{
+      EnforcerConfig{.host_budget = 64 * kGiB, .host_available = [&] { return available; }},
+      nullptr};
   MemoryTenant liar = tenant("liar", 16 * kGiB, 0, true);
   liar.q().host_reserve = 0;
   liar.ledger->host_reserved[liar.slot] = 48 * kGiB;  // "48 GiB pinned, count them as room"

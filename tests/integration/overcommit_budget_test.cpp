@@ -181,8 +181,7 @@ TEST_F(OvercommitBudget, AForgedSwappedCounterMovesNoOtherTenantNorSurvivesExitO
   }();
   EXPECT_GE(forger["violations"]["by_kind"].value("swap", 0), 1) << forger.dump();
   EXPECT_EQ(forger["devices"][0].value("memory_swapped", 1ull), 0u) << "what the broker counts";
-  EXPECT_NE(broker_log().find("tenant forger: swap violation"), std::string::npos)
-      << broker_log();
+  EXPECT_NE(broker_log().find("tenant forger: swap violation"), std::string::npos) << broker_log();
 
   // The wrap: with the borrower's 192 MiB on host, 2^64 - 192 MiB made the old sum exactly
   // 2^64 = 0, and a further 192 MiB moved (384 MiB on host, 256 budgeted). Refused now.
