@@ -63,9 +63,6 @@ class AuditService {
   void verify_grants();
   void note_grants();
   bool burst_refused(const std::string& tenant, std::string* why) const;
-  uint64_t reserve_bound(const std::string& tenant, const TenantQuota& quota) const {
-    return books_.reserve_bound(tenant, quota);
-  }
 
   void forget(const std::string& tenant);
 

@@ -109,10 +109,6 @@ void BooksCheck::note_grants(const std::string& tenant, const TenantQuota& quota
   t.grants_known = true;
 }
 
-uint64_t BooksCheck::reserve_bound(const std::string& tenant, const TenantQuota& quota) const {
-  return swap_->reserve_bound(tenant, quota);
-}
-
 void BooksCheck::forget(const std::string& tenant) {
   tenants_.erase(tenant);
   swap_->forget(tenant);

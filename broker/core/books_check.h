@@ -120,9 +120,6 @@ class BooksCheck {
   int64_t flag_seconds_left(const std::string& tenant,
                             std::chrono::steady_clock::time_point now) const;
   void forget(const std::string& tenant);
-  // The most one registered process of the tenant may say it holds for its swap reserve
-  // (swap_books.h): what the metrics count per process.
-  uint64_t reserve_bound(const std::string& tenant, const TenantQuota& quota) const;
   // Ticks between two full scans of one tenant, for the tenants known now.
   uint64_t full_scan_period() const;
 

@@ -56,12 +56,9 @@ std::vector<SwapFinding> SwapBooks::check(const BooksSubject& s, TimePoint now) 
   TenantState& t = tenants_[s.spec.name];
   if (!t.seen) {
     // A (re)started broker: a demand of its predecessor may have been withdrawn a moment ago
-    // (publish resets resident_target), and its reserve plan may just have been cut.
+    // (publish resets resident_target).
     t.seen = true;
-    t.first_seen = now;
     t.demand_seen.fill(now);
-    t.reserve_bound = t.last_given = given_reserve(s.quota);
-    t.last_cut = now;
   }
   slots_.clear();
   for (const WatchedSlot& w : s.watched)
@@ -69,7 +66,7 @@ std::vector<SwapFinding> SwapBooks::check(const BooksSubject& s, TimePoint now) 
   std::vector<SwapFinding> out;
   const uint32_t count = static_cast<uint32_t>(std::min(s.spec.devices.size(), kMaxDevices));
   for (uint32_t d = 0; d < count; ++d) on_host(s, t, d, now, out);
-  reserve_words(s, t, now, out);
+  reserve_words(s, out);
   return out;
 }
 
@@ -126,32 +123,30 @@ void SwapBooks::on_host(const BooksSubject& s, TenantState& t, uint32_t d, TimeP
   if (now - t.demand_seen[d] >= kMoveHold) clamp_to(q.host_allowance, u.swapped.load());
 }
 
-uint64_t SwapBooks::reserve_bound(const std::string& tenant, const TenantQuota& quota) const {
-  auto it = tenants_.find(tenant);
-  const uint64_t given = given_reserve(quota);
-  return it != tenants_.end() ? std::max(it->second.reserve_bound, given) : given;
+uint64_t SwapBooks::reserve_bound(const TenantQuota& quota) {
+  uint64_t caps = 0;
+  for (uint32_t d = 0; d < std::min<uint32_t>(quota.device_count, kMaxDevices); ++d)
+    if (quota.devices[d].present == 1)
+      caps = saturating_add(caps, quota.devices[d].memory_limit.load());
+  return caps;
 }
 
-// Each registered slot's reserve word against the highest reserve given recently.
-void SwapBooks::reserve_words(const BooksSubject& s, TenantState& t, TimePoint now,
-                              std::vector<SwapFinding>& out) {
-  const uint64_t given = given_reserve(s.quota);
-  if (given < t.last_given) t.last_cut = now;
-  t.last_given = given;
-  if (given >= t.reserve_bound || now - t.last_cut >= kTrimWindow) t.reserve_bound = given;
-  if (!ledger_has_host_reserved(s.ledger.size) || now - t.first_seen < kTrimWindow) return;
+// Each registered slot's reserve word against what no process of the tenant can honestly
+// hold more of: its caps (see swap_books.h for why not the reserve given).
+void SwapBooks::reserve_words(const BooksSubject& s, std::vector<SwapFinding>& out) {
+  if (!ledger_has_host_reserved(s.ledger.size)) return;
+  const uint64_t most = reserve_bound(s.quota);
   for (const WatchedSlot& w : s.watched) {
     if (w.slot >= kMaxProcesses) continue;
     std::atomic<uint64_t>& word = s.ledger.host_reserved[w.slot];
     const uint64_t held = word.load();
-    if (held <= t.reserve_bound) continue;
-    clamp_to(word, t.reserve_bound);
-    out.push_back({0, w.pid, held - t.reserve_bound,
+    if (held <= most) continue;
+    clamp_to(word, most);
+    out.push_back({0, w.pid, held - most,
                    "slot " + std::to_string(w.slot) + " of pid " + std::to_string(w.pid) +
                        " said it holds " + format_size(held) + " (" + std::to_string(held) +
-                       " bytes) pinned for the swap reserve, more than the broker gave the "
-                       "tenant (" +
-                       format_size(t.reserve_bound) + "); cut to it"});
+                       " bytes) pinned for the swap reserve, more than the tenant's cap (" +
+                       format_size(most) + "); cut to it"});
   }
 }
 

@@ -16,12 +16,15 @@
 //  * the swap reserve: DeviceQuota.host_reserve, the pinned memory the broker lets the tenant
 //    hold ready. For decisions (a move that fills the tenant's own reserve past the budget,
 //    the reserves' room) the live slots' words count at most the reserve given now, summed
-//    over the tenant's GPUs (booked_host_reserved): smaller only while a process trims, which
-//    errs towards refusing. For flagging, a slot's word is compared with the highest reserve
-//    given since kTrimWindow before the latest cut (a process trims at its swap thread's next
-//    look, 200 ms; the window never ratchets down under a trim in progress, nor under two
-//    cuts in a row), and not at all in the first kTrimWindow after the broker first sees the
-//    tenant (a restarted broker does not know the plan its predecessor had just cut).
+//    over the tenant's GPUs (booked_host_reserved). That bound errs only towards refusing: it
+//    is below what processes hold only while they trim or keep their reserve for a move. It
+//    is not the bound a word is flagged by: a process keeps its reserve while a demand is open
+//    (the plan meanwhile gives less), and trims only whole free slabs, so a slab that holds a
+//    host copy keeps its empty rest pinned, above the reserve given, until the copy comes back
+//    (Overcommit.AnIdleTenantGivesItsMemoryBackAndResumesAtItsNextCopy held 1 GiB against
+//    832 MiB given for seconds). A process holds at most its own swappable resident bytes,
+//    so a registered slot's word is cut (and flagged) past the tenant's caps summed over its
+//    GPUs: a bound that never ratchets down under an honest process.
 // Cost per tick and tenant with registered processes: per device one load per registered
 // slot (their swapped pages, summed) and a few loads of the quota; per registered slot one
 // load of its reserve word; a consistent snapshot (ledger_ops) only where the sum and the
@@ -67,32 +70,26 @@ class SwapBooks {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   static constexpr std::chrono::seconds kMoveHold{30};
-  static constexpr std::chrono::seconds kTrimWindow{2};
   static constexpr int kSnapshotAttempts = 8;
 
   // The tenant's swapped counters against its registered slots and its allowances, its
-  // registered slots' reserve words against the reserve given; corrects and says what was
+  // registered slots' reserve words against its caps; corrects and says what was
   // wrong. Call every books tick, not while Dead slots await their reclaim (their pages are
   // still in the counter) nor during a lost ledger's hold.
   std::vector<SwapFinding> check(const BooksSubject& subject, TimePoint now);
   void forget(const std::string& tenant) { tenants_.erase(tenant); }
   // What one registered process may say it holds for the tenant's swap reserve without being
-  // cut: the bound of the last check, at least the reserve given now.
-  uint64_t reserve_bound(const std::string& tenant, const TenantQuota& quota) const;
+  // cut: the tenant's caps summed over its present GPUs.
+  static uint64_t reserve_bound(const TenantQuota& quota);
 
  private:
   struct TenantState {
     std::array<TimePoint, kMaxDevices> demand_seen{};  // the last check that saw a demand open
     bool seen = false;
-    TimePoint first_seen{};
-    uint64_t reserve_bound = 0;  // the highest reserve given since kTrimWindow before last_cut
-    uint64_t last_given = 0;
-    TimePoint last_cut{};
   };
   void on_host(const BooksSubject& s, TenantState& t, uint32_t device, TimePoint now,
                std::vector<SwapFinding>& out);
-  void reserve_words(const BooksSubject& s, TenantState& t, TimePoint now,
-                     std::vector<SwapFinding>& out);
+  void reserve_words(const BooksSubject& s, std::vector<SwapFinding>& out);
 
   std::unordered_map<std::string, TenantState> tenants_;
   std::vector<uint32_t> slots_;  // the registered slots of the tenant being checked

@@ -161,8 +161,7 @@ MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources) {
     const std::size_t first = snapshot.tenants.size();
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants.push_back(tenant_gpu(*t, i, watched, registry.gpus(), compute));
-    const uint64_t most = audit != nullptr ? audit->reserve_bound(t->spec.name, t->quota())
-                                           : given_reserve(t->quota());
+    const uint64_t most = SwapBooks::reserve_bound(t->quota());  // the books check's
     const auto reserved = host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count, most);
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants[first + i].memory_host_reserved = reserved[i];

@@ -117,8 +117,8 @@ uint64_t memory_swapped_bytes(const DeviceQuota& quota, const DeviceUsage& usage
 // reserve for all its GPUs together, so the sum is split: each device, in the quota's order,
 // up to its host_reserve, and what they hold beyond the reserves (trimmed at their next look)
 // on the first device. The per-tenant sum is exact, except that each process's word counts at
-// most `per_process_most` (the books check's bound, swap_books.h: a tenant's word does not
-// make an alert) and the sum saturates.
+// most `per_process_most` (the books check's bound, the tenant's caps, swap_books.h: a
+// tenant's word makes no alert of 2^64) and the sum saturates.
 std::vector<uint64_t> host_reserved_bytes_by_gpu(
     const TenantQuota& quota, const TenantLedger& ledger,
     const std::vector<ProcessTracker::Watched>& watched, std::size_t count,

@@ -168,6 +168,8 @@
 //    that says bytes are on host starts it at min(swapped, cap), once (a quota's loss is
 //    nothing a tenant can cause: it is read-only to tenants).
 //  * Processes do not read it: a shim of any minor ignores it.
+//  * TenantLedger.host_reserved counts, for the broker's decisions, at most the reserve it
+//    gives now (sum of DeviceQuota.host_reserve); a word past the tenant's caps is cut.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
