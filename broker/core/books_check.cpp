@@ -7,6 +7,7 @@
 
 #include "core/ledger_ops.h"
 #include "core/quantity_parser.h"
+#include "core/swap_books.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -84,6 +85,10 @@ bool books_agree(const BooksSubject& s) {
 
 }  // namespace
 
+BooksCheck::BooksCheck(const GpuInventory& gpus)
+    : gpus_(gpus), swap_(std::make_unique<SwapBooks>()) {}
+BooksCheck::~BooksCheck() = default;
+
 BooksCheck::TenantState& BooksCheck::state_of(const std::string& tenant) {
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) it = tenants_.emplace(tenant, TenantState{}).first;
@@ -106,6 +111,7 @@ void BooksCheck::note_grants(const std::string& tenant, const TenantQuota& quota
 
 void BooksCheck::forget(const std::string& tenant) {
   tenants_.erase(tenant);
+  swap_->forget(tenant);
 }
 
 void BooksCheck::flag(TenantState& t, std::chrono::steady_clock::time_point now) {
@@ -161,6 +167,14 @@ std::vector<Violation> BooksCheck::check(const BooksSubject& s,
   const bool full_scan = (t.ticks++ + t.scan_offset) % full_scan_period() == 0;
   std::vector<Violation> out = quota_of(s, t, now);
   std::vector<Violation> ledger = ledger_of(s, t, now, full_scan);
+  if (!s.reclaim_pending) {
+    // After the quota's repair: the allowances and reserves it compares with are the broker's.
+    const std::vector<SwapFinding> swap = swap_->check(s, now);
+    for (const SwapFinding& f : swap)
+      ledger.push_back(
+          violation(s, f.device, ViolationKind::kSwap, f.pid, f.bytes, "repaired", f.detail));
+    if (!swap.empty()) flag(t, now);
+  }
   if (out.empty()) return ledger;
   out.insert(out.end(), ledger.begin(), ledger.end());
   return out;

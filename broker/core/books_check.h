@@ -23,6 +23,11 @@
 //          processes) and is freed WITHOUT subtracting its used[] (values the tenant wrote
 //          must never lower its counter). Skipped while the tenant has Dead slots
 //          awaiting reclaim.
+//  swap    the tenant's words about its memory on host and its swap reserve, against the
+//          broker's own records (swap_books.h): DeviceUsage.swapped against the registered
+//          slots' swapped pages and the quota's host_allowance, each registered slot's
+//          host_reserved against the reserve given. Every tick, like the ledger's counter;
+//          skipped like it while Dead slots await reclaim. Violations of kind "swap".
 // Residual risk: a tenant that rewrites DeviceUsage.used AND its slots' used[]
 // consistently (both lowered by the same amount) passes this check; only the NVML audit
 // (usage_audit.h), which sees the driver's real per-process usage, catches that.
@@ -54,6 +59,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -65,6 +71,8 @@
 #include "fracgpu/tenant_segment.h"
 
 namespace fracgpu::broker {
+
+class SwapBooks;
 
 // What the broker knows about one registered process (ProcessTracker::Watched).
 struct WatchedSlot {
@@ -90,7 +98,8 @@ class BooksCheck {
   static constexpr int kFullScanEvery = 100;  // 10 s at 100 ms, for up to 200 tenants
   static constexpr std::size_t kFullScanSlotsPerTick = 1024;
 
-  explicit BooksCheck(const GpuInventory& gpus) : gpus_(gpus) {}
+  explicit BooksCheck(const GpuInventory& gpus);
+  ~BooksCheck();
 
   // The grants the broker has just written into this tenant's quota.
   void note_grants(const std::string& tenant, const TenantQuota& quota);
@@ -135,6 +144,7 @@ class BooksCheck {
 
   const GpuInventory& gpus_;
   std::unordered_map<std::string, TenantState> tenants_;
+  std::unique_ptr<SwapBooks> swap_;
 };
 
 }  // namespace fracgpu::broker

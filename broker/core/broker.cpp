@@ -267,17 +267,17 @@ void Broker::maintenance_tick() {
   }
 }
 
-// --reclaim kill: every live process of the tenant, checked against its start time so that
-// a reused pid is never signalled.
+// --reclaim kill: every registered process of the tenant (the broker's watches: a slot's
+// pid and start time are the tenant's to write, and a forged slot naming another tenant's
+// process must not get it killed), checked against its start time so that a reused pid is
+// never signalled.
 int Broker::kill_tenant_processes(const std::string& name) {
-  Tenant* tenant = registry_->find(name);
-  if (tenant == nullptr) return 0;
+  if (registry_->find(name) == nullptr) return 0;
   int killed = 0;
-  for (const ProcessSlot& s : tenant->ledger().processes) {
-    if (s.state.load() != static_cast<uint32_t>(SlotState::kLive)) continue;
-    const pid_t pid = s.pid.load();
+  for (const ProcessTracker::Watched& w : tracker_->watches_of(name)) {
+    const pid_t pid = static_cast<pid_t>(w.pid);
     const auto start = process_start_time(pid);
-    if (pid <= 0 || !start || *start != s.start_time.load()) continue;
+    if (pid <= 0 || !start || *start != w.start_time) continue;
     if (::kill(pid, SIGKILL) == 0) ++killed;
   }
   spdlog::warn("tenant {}: {} process(es) stopped to free memory a guarantee needs", name, killed);

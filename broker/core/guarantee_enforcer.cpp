@@ -8,6 +8,7 @@
 
 #include "core/ledger_ops.h"
 #include "core/quantity_parser.h"
+#include "core/swap_books.h"
 #include "fracgpu/futex_word.h"
 #include "fracgpu/ledger_protocol.h"
 
@@ -41,6 +42,9 @@ std::string sized(uint64_t bytes) {
 }
 
 void publish_target(DeviceQuota& q, uint64_t target) {
+  // The broker's record of what may be on host first (swap_books.h): a move that starts at
+  // once is never over it, not even across a broker restart.
+  if (target != kNoResidentTarget) allow_moves(q);
   q.resident_target.store(target);
   q.swap_word.fetch_add(1);
   futex_wake_all(q.swap_word);
@@ -58,17 +62,20 @@ bool GuaranteeEnforcer::tick(std::span<const ArbiterMember> all, const MemoryArb
   // per tick), and what is on host memory now.
   // What open demands of earlier ticks will still move is promised to the budget too: a
   // demand still copying has not reached `swapped` yet.
+  // `swapped` is the tenant's own word: it counts only up to the broker's record of what that
+  // tenant was let move (booked_on_host), and the sum saturates (swap_books.h).
   std::vector<uint32_t> gpus;
   uint64_t on_host = 0;
   for (const auto& m : all)
     for (uint32_t i = 0; i < std::min<uint32_t>(m.quota->device_count, kMaxDevices); ++i) {
       const DeviceUsage& u = m.ledger->devices[i];
-      on_host += u.swapped.load();
+      on_host = saturating_add(on_host, booked_on_host(m.quota->devices[i], u));
       if (m.quota->devices[i].present != 1) continue;
       const uint32_t g = m.quota->devices[i].host_index;
       if (!demands_.empty())
         if (auto d = demands_.find(key(m.name, g)); d != demands_.end())
-          on_host += u.used.load() > d->second.target ? u.used.load() - d->second.target : 0;
+          on_host = saturating_add(
+              on_host, u.used.load() > d->second.target ? u.used.load() - d->second.target : 0);
       auto at = std::lower_bound(gpus.begin(), gpus.end(), g);
       if (at == gpus.end() || *at != g) gpus.insert(at, g);
     }
@@ -111,9 +118,10 @@ uint64_t GuaranteeEnforcer::reserve_room(std::span<const ArbiterMember> all,
   if (budget_left == 0 || !config_.host_available) return budget_left;
   const std::optional<uint64_t> available = config_.host_available();
   if (!available) return budget_left;
+  // The reserves' words count up to what the broker gave (swap_books.h), summed saturating.
   uint64_t held = 0;
-  for (const auto& m : all) held += ledger_protocol::live_host_reserved(*m.ledger);
-  const uint64_t room = held + *available;
+  for (const auto& m : all) held = saturating_add(held, booked_host_reserved(*m.quota, *m.ledger));
+  const uint64_t room = saturating_add(held, *available);
   return std::min(budget_left, room > config_.reserve_floor ? room - config_.reserve_floor : 0);
 }
 
@@ -230,8 +238,9 @@ bool GuaranteeEnforcer::book_move(const Holding& h, uint64_t bytes, uint64_t* bu
       std::find_if(moved_.begin(), moved_.end(), [&](const auto& e) { return e.first == ledger; });
   const uint64_t taken = mine != moved_.end() ? mine->second : 0;
   if (bytes > *budget_left) {
-    // Read only here: a demand that fits the budget needs no scan of the reserve words.
-    const uint64_t held = ledger_protocol::live_host_reserved(*ledger);
+    // Read only here: a demand that fits the budget needs no scan of the reserve words, which
+    // count up to the reserve the broker gave the tenant (swap_books.h).
+    const uint64_t held = booked_host_reserved(*h.member->quota, *ledger);
     if (bytes > (held > taken ? held - taken : 0)) return false;
   }
   *budget_left -= std::min(bytes, *budget_left);

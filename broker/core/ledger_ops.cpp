@@ -299,6 +299,17 @@ UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const u
       resident_of(ledger, device));
 }
 
+UsedCheck check_swapped_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
+                           int attempts) {
+  if (device >= kMaxDevices) return {true, 0, 0};
+  for (uint32_t slot : slots)
+    if (slot >= kMaxProcesses) return {};
+  return snapshot_check(
+      ledger, ledger.devices[device].swapped, attempts, static_cast<uint32_t>(slots.size()),
+      [&](uint32_t k) { return slots[k]; }, [](const ProcessSlot&) { return true; },
+      swapped_of(ledger, device));
+}
+
 bool reclaim_dead_slots(TenantLedger& ledger, int attempts) {
   bool interrupted = false;  // a process died inside an operation
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {

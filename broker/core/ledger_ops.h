@@ -99,6 +99,10 @@ UsedCheck check_swapped(TenantLedger& ledger, uint32_t device, int attempts);
 // states say): what the books check compares, touching only those slots' cache lines.
 UsedCheck check_used_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
                         int attempts);
+// The same for DeviceUsage.swapped against exactly those slots' swapped pages (the swap
+// books, swap_books.h).
+UsedCheck check_swapped_of(TenantLedger& ledger, uint32_t device, std::span<const uint32_t> slots,
+                           int attempts);
 
 // The shim's fast path (fracgpu/ledger_protocol.h): reserve `bytes` on `device` for the
 // process in `slot` within its grant; false when refused.

@@ -59,8 +59,11 @@ RechargeDecision decide_recharge(const RechargeClaim& claim, const RechargeFacts
     out.used = facts.booked_used;
     out.basis = RechargeBasis::kBooked;
   }
-  // Host bytes: within what the cap leaves beside the resident ones, in whole pages.
-  const uint64_t host_room = room_under(facts.limit, facts.others + out.used);
+  // Host bytes: within what the cap leaves beside the resident ones and what the broker let
+  // the tenant move there beside its other processes' (the claim alone is no evidence), in
+  // whole pages.
+  const uint64_t host_room = std::min(room_under(facts.limit, facts.others + out.used),
+                                      room_under(facts.host_allowance, facts.others_swapped));
   out.swapped = std::min(claim.swapped, host_room) / kSwapPage * kSwapPage;
   out.swapped = std::max(out.swapped, facts.booked_swapped);
   return out;

@@ -13,8 +13,10 @@
 //     (others' slots counted) nor above the GPU's memory;
 //   * either way never below what the slot books already (a claim never lowers books).
 // Bytes on host (swapped) have no device figure: they are cut to what the cap leaves after
-// the resident charge, in whole swap pages. Pure functions; the socket server calls them
-// once per device of a re-registration (no hot path).
+// the resident charge and to what the broker's record lets the tenant have on host there
+// (DeviceQuota.host_allowance, swap_books.h) less what its other processes book on host, in
+// whole swap pages: a claim of bytes on host that the broker never let it move books nothing. Pure
+// functions; the socket server calls them once per device of a re-registration (no hot path).
 #pragma once
 
 #include <sys/types.h>
@@ -39,6 +41,8 @@ struct RechargeFacts {
   uint64_t booked_used = 0;     // what the process's slot books now
   uint64_t booked_swapped = 0;  // its swapped pages, in bytes
   uint64_t others = 0;          // what the tenant's other processes book there (no placeholder)
+  uint64_t host_allowance = 0;  // DeviceQuota.host_allowance: the most it may have on host
+  uint64_t others_swapped = 0;  // what its other processes book on host there
   uint64_t limit = 0;           // the tenant's cap on this GPU
   uint64_t device_memory = 0;   // the GPU's memory
   uint64_t footprint = 0;       // bytes charged per context on this GPU

@@ -3,6 +3,7 @@
 
 #include "core/admission.h"
 #include "core/ledger_ops.h"
+#include "core/swap_books.h"
 #include "fracgpu/ledger_protocol.h"
 
 namespace fracgpu::broker {
@@ -11,7 +12,10 @@ namespace {
 nlohmann::json device_status(const DeviceSpec& spec, const DeviceQuota& q, const DeviceUsage& u) {
   nlohmann::json j = tenant_spec_to_json(TenantSpec{"x", {spec}})["devices"][0];
   j["memory_used"] = u.used.load();
-  j["memory_swapped"] = u.swapped.load();     // on host (swap; tenant_segment.h minor 3)
+  // On host (swap; tenant_segment.h minor 3) as the broker counts it: at most what it let the
+  // tenant move there (host_allowance, minor 7; swap_books.h).
+  j["memory_swapped"] = booked_on_host(q, u);
+  j["host_allowance"] = q.host_allowance.load();
   j["host_reserve"] = q.host_reserve.load();  // the swap reserve it may hold for here (minor 6)
   j["memory_peak"] = u.peak.load();
   j["memory_grant"] = q.memory_grant.load();

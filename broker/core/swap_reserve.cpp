@@ -2,9 +2,9 @@
 #include "core/swap_reserve.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "core/ledger_ops.h"
+#include "core/swap_books.h"
 
 namespace fracgpu::broker {
 namespace {
@@ -13,11 +13,6 @@ namespace {
 // unchanged plan leaves the quota's cache lines clean.
 void set_reserve(DeviceQuota& q, uint64_t bytes) {
   if (q.host_reserve.load() != bytes) q.host_reserve.store(bytes);
-}
-
-uint64_t saturating_add(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
-                                                      : a + b;
 }
 
 }  // namespace

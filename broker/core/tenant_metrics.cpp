@@ -10,6 +10,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/swap_books.h"
+
 #ifndef FRACGPU_VERSION
 #define FRACGPU_VERSION "unknown"
 #endif
@@ -50,7 +52,7 @@ TenantGpuMetrics tenant_gpu(Tenant& t, std::size_t i,
   m.memory_grant = q.memory_grant.load();
   m.memory_used = u.used.load();
   m.memory_peak = u.peak.load();
-  m.memory_swapped = memory_swapped_bytes(u);  // memory_host_reserved: take_metrics_snapshot
+  m.memory_swapped = memory_swapped_bytes(q, u);  // memory_host_reserved: take_metrics_snapshot
   m.allocation_refusals = u.oom_events.load();
   m.burst_requests = u.burst_requests.load();
   m.compute_weight = q.compute_weight.load();
@@ -126,19 +128,22 @@ const char* fracgpu_version() {
   return FRACGPU_VERSION;
 }
 
-uint64_t memory_swapped_bytes(const DeviceUsage& usage) {
-  return usage.swapped.load();
+uint64_t memory_swapped_bytes(const DeviceQuota& quota, const DeviceUsage& usage) {
+  return booked_on_host(quota, usage);
 }
 
 std::vector<uint64_t> host_reserved_bytes_by_gpu(
     const TenantQuota& quota, const TenantLedger& ledger,
-    const std::vector<ProcessTracker::Watched>& watched, std::size_t count) {
+    const std::vector<ProcessTracker::Watched>& watched, std::size_t count,
+    uint64_t per_process_most) {
   std::vector<uint64_t> out(count, 0);
   if (count == 0 || !ledger_has_host_reserved(ledger.size)) return out;
   uint64_t held = 0;
   for (const ProcessTracker::Watched& w : watched)
     if (w.slot < kMaxProcesses)
-      held += ledger.host_reserved[w.slot].load(std::memory_order_relaxed);
+      held = saturating_add(
+          held,
+          std::min(per_process_most, ledger.host_reserved[w.slot].load(std::memory_order_relaxed)));
   for (std::size_t i = 0; i < count && held > 0; ++i) {
     out[i] = std::min(held, quota.devices[i].host_reserve.load(std::memory_order_relaxed));
     held -= out[i];
@@ -159,7 +164,8 @@ MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources) {
     const std::size_t first = snapshot.tenants.size();
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants.push_back(tenant_gpu(*t, i, watched, registry.gpus(), compute));
-    const auto reserved = host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count);
+    const uint64_t most = SwapBooks::reserve_bound(t->quota());  // the books check's
+    const auto reserved = host_reserved_bytes_by_gpu(t->quota(), t->ledger(), watched, count, most);
     for (std::size_t i = 0; i < count; ++i)
       snapshot.tenants[first + i].memory_host_reserved = reserved[i];
   }

@@ -110,17 +110,21 @@ struct MetricsSources {
 MetricsSnapshot take_metrics_snapshot(const MetricsSources& sources);
 
 // The tenant's memory currently moved to host memory by overcommit (DeviceUsage::swapped,
-// tenant_segment.h minor 3); fracgpu_memory_swapped_bytes reads it from here.
-uint64_t memory_swapped_bytes(const DeviceUsage& usage);
+// tenant_segment.h minor 3) as the broker counts it: at most its host_allowance (minor 7,
+// swap_books.h); fracgpu_memory_swapped_bytes reads it from here.
+uint64_t memory_swapped_bytes(const DeviceQuota& quota, const DeviceUsage& usage);
 
 // What the tenant's registered processes (`watched`: the broker's record) hold for the swap
 // reserve (TenantLedger.host_reserved, minor 6; 0 for a ledger without it), per device of
 // its quota (`count` of them), for fracgpu_memory_host_reserved_bytes. A process holds its
 // reserve for all its GPUs together, so the sum is split: each device, in the quota's order,
 // up to its host_reserve, and what they hold beyond the reserves (trimmed at their next look)
-// on the first device. The per-tenant sum is exact.
+// on the first device. The per-tenant sum is exact, except that each process's word counts at
+// most `per_process_most` (the books check's bound, the tenant's caps, swap_books.h: a
+// tenant's word makes no alert of 2^64) and the sum saturates.
 std::vector<uint64_t> host_reserved_bytes_by_gpu(
     const TenantQuota& quota, const TenantLedger& ledger,
-    const std::vector<ProcessTracker::Watched>& watched, std::size_t count);
+    const std::vector<ProcessTracker::Watched>& watched, std::size_t count,
+    uint64_t per_process_most = UINT64_MAX);
 
 }  // namespace fracgpu::broker

@@ -142,8 +142,12 @@ uint64_t kept_grant(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d) 
 // `fresh_quota`: the quota file was just re-initialised (it was found damaged) while the
 // ledger may still count live usage; the grant then starts at what is used (within the
 // tenant's bounds), so that the processes are not left over their grant.
+// `allowance_unknown`: the quota holds no host_allowance of a broker (re-initialised, or
+// of a layout before minor 7): it starts at what the ledger says is on host, within the cap,
+// once (tenant_segment.h, "The broker's swap books"); a new tenant's ledger says 0.
 void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, const GpuInfo* gpu,
-                    bool fresh_quota) {
+                    bool fresh_quota, bool allowance_unknown) {
+  if (allowance_unknown) slot.host_allowance.store(std::min(usage.swapped.load(), d.memory_limit));
   // A GPU already published at this index keeps its grant; anything else starts afresh.
   const bool same_gpu = slot.present == 1 && slot.host_index == d.gpu;
   const uint64_t fresh_grant = fresh_quota
@@ -225,6 +229,10 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
     initialize_quota(*seg->quota_);
     seg->quota_fresh_ = true;
   }
+  if (seg->quota_fresh_ || seg->quota_->minor < 7) {  // 7: host_allowance
+    seg->allowance_unknown_ = true;
+    seg->quota_->minor = std::max(seg->quota_->minor, kSegmentMinor);
+  }
   if (!seg->ledger_reused_ && ledger_existed) {
     log_rebuild(ledger_path, rebuild_ledger(*seg->ledger_), "");
     seg->ledger_rebuilt_ = true;
@@ -282,7 +290,7 @@ void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {
   const std::size_t count = std::min(spec.devices.size(), kMaxDevices);
   for (std::size_t i = 0; i < count; ++i) {
     publish_device(q.devices[i], ledger_->devices[i], spec.devices[i],
-                   gpus.find(spec.devices[i].gpu), quota_fresh_);
+                   gpus.find(spec.devices[i].gpu), quota_fresh_, allowance_unknown_);
   }
   for (std::size_t i = count; i < kMaxDevices; ++i) {
     q.devices[i].present = 0;
@@ -291,6 +299,7 @@ void TenantSegments::publish(const TenantSpec& spec, const GpuInventory& gpus) {
   q.device_count = static_cast<uint32_t>(count);
   q.generation.fetch_add(1);  // publishes everything above to readers polling it
   quota_fresh_ = false;
+  allowance_unknown_ = false;
 }
 
 }  // namespace fracgpu::broker

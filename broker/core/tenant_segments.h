@@ -79,7 +79,8 @@ class TenantSegments {
   bool ledger_reused_ = false;
   bool ledger_migrated_ = false;
   bool ledger_rebuilt_ = false;
-  bool quota_fresh_ = false;  // re-initialised at open, until the first publish
+  bool quota_fresh_ = false;        // re-initialised at open, until the first publish
+  bool allowance_unknown_ = false;  // no broker's host_allowance in the quota, until the publish
   bool lost_ledger_ = false;
   FileId quota_id_;
   std::filesystem::path ledger_path_;

@@ -141,6 +141,15 @@ uint64_t others_booked(const TenantLedger& ledger, uint32_t slot, uint32_t devic
   return sum;
 }
 
+// What the tenant's other live processes book on host on `device` (their swapped pages).
+uint64_t others_on_host(const TenantLedger& ledger, uint32_t slot, uint32_t device) {
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i)
+    if (i != slot && ledger.processes[i].state.load() == static_cast<uint32_t>(SlotState::kLive))
+      sum += uint64_t{ledger.schedule[i][device].swapped_pages.load()} * kSwapPage;
+  return sum;
+}
+
 std::string uid_list(const std::vector<uint32_t>& uids) {
   std::string out;
   for (uint32_t uid : uids) out += (out.empty() ? "" : ", ") + std::to_string(uid);
@@ -274,6 +283,8 @@ json TenantSocketServer::recharge(Tenant& tenant, uint32_t slot, pid_t pid, uint
     facts.booked_used = before.used;
     facts.booked_swapped = before.swapped;
     facts.others = others_booked(ledger, slot, d);
+    facts.host_allowance = q.host_allowance.load();
+    facts.others_swapped = others_on_host(ledger, slot, d);
     facts.limit = q.memory_limit.load();
     facts.device_memory = gpu != nullptr ? gpu->memory_total : facts.limit;
     facts.footprint = q.context_footprint.load();

@@ -31,6 +31,8 @@ const char* violation_kind_name(ViolationKind kind) {
       return "ledger";
     case ViolationKind::kQuota:
       return "quota";
+    case ViolationKind::kSwap:
+      return "swap";
   }
   return "unknown";
 }

@@ -47,8 +47,10 @@
 
 namespace fracgpu::broker {
 
-enum class ViolationKind : uint32_t { kOverCap = 0, kUnregistered, kBooks, kLedger, kQuota };
-inline constexpr std::size_t kViolationKinds = 5;
+// kSwap: the swap books (swap_books.h): a tenant's words about its memory on host or its
+// swap reserve said more than the broker's record allows.
+enum class ViolationKind : uint32_t { kOverCap = 0, kUnregistered, kBooks, kLedger, kQuota, kSwap };
+inline constexpr std::size_t kViolationKinds = 6;
 const char* violation_kind_name(ViolationKind kind);
 
 enum class AuditAction { kLog, kKill };

@@ -152,7 +152,8 @@ inline void left_host(TenantLedger& ledger, uint32_t slot, uint32_t device, uint
 // The swap reserve the tenant's live processes hold (TenantLedger.host_reserved, minor 6),
 // leaving out slot `except` (kMaxProcesses: none): what the broker counts, and what a process
 // subtracts for the others. 0 for a ledger without the field. The words are read first
-// (4 KiB, contiguous), a slot's state only where its word is not 0.
+// (4 KiB, contiguous), a slot's state only where its word is not 0. The sum saturates: the
+// words are any process's to write, and two huge ones must not wrap into a small figure.
 inline uint64_t live_host_reserved(const TenantLedger& ledger, uint32_t except = kMaxProcesses) {
   if (!ledger_has_host_reserved(ledger.size)) return 0;
   uint64_t sum = 0;
@@ -161,7 +162,7 @@ inline uint64_t live_host_reserved(const TenantLedger& ledger, uint32_t except =
     if (held != 0 && i != except &&
         ledger.processes[i].state.load(std::memory_order_relaxed) ==
             static_cast<uint32_t>(SlotState::kLive))
-      sum += held;
+      sum = held > UINT64_MAX - sum ? UINT64_MAX : sum + held;
   }
   return sum;
 }

@@ -1,4 +1,4 @@
-// The shared-memory contract between the broker and a tenant's processes (layout 1.5).
+// The shared-memory contract between the broker and a tenant's processes (layout 1.7).
 //
 // Each tenant has two files in its run directory, mapped with Boost.Interprocess:
 //   quota  — TenantQuota: written only by the broker; tenant processes map it READ-ONLY,
@@ -153,6 +153,23 @@
 //    reaps a dead one (the pinned memory died with it).
 //  * Valid only where TenantLedger.size covers host_reserved (a broker of minor >= 6); a
 //    process of an older ledger keeps no reserve.
+// The broker's swap books (minor 7; docs/security.md "What a tenant writes or claims"):
+//  * DeviceQuota.host_allowance: broker-written, the most bytes of the tenant on this GPU the
+//    broker lets count as on host. DeviceUsage.swapped and the slots' swapped_pages are the
+//    tenant's own words: every figure that decides for other tenants (the host budget, a
+//    re-registration's re-charge) takes min(swapped, host_allowance), and the books check
+//    cuts a ledger that says more (a violation of kind "swap"). The broker raises it to the
+//    tenant's cap there BEFORE it publishes a resident_target (a move of whole allocations
+//    may take more than was asked, never more than the cap: used + swapped <= memory_limit);
+//    it stays there while the demand is open and for SwapBooks::kMoveHold after (a move in
+//    flight when the demand is withdrawn still lands), then follows what the ledger says on
+//    host down, never up. It lives in the quota, not in the broker's memory, so that a
+//    broker restarted (even after SIGKILL) keeps it; a quota re-initialised under a ledger
+//    that says bytes are on host starts it at min(swapped, cap), once (a quota's loss is
+//    nothing a tenant can cause: it is read-only to tenants).
+//  * Processes do not read it: a shim of any minor ignores it.
+//  * TenantLedger.host_reserved counts, for the broker's decisions, at most the reserve it
+//    gives now (sum of DeviceQuota.host_reserve); a word past the tenant's caps is cut.
 // Every field shared across processes is a lock-free, address-free std::atomic.
 #pragma once
 
@@ -166,8 +183,8 @@ inline constexpr uint64_t kQuotaMagic = 0x41544f5155504746ull;   // "FGPUQUOTA" 
 inline constexpr uint64_t kLedgerMagic = 0x5247444c55504746ull;  // "FGPULDGR"
 inline constexpr uint16_t kSegmentMajor = 1;                     // incompatible layout change
 inline constexpr uint16_t kSegmentMinor =
-    6;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness,
-        // 5: incarnation, 6: swap reserve
+    7;  // compatible addition; 1: op_seq, 2: compute grants, 3: swap, 4: liveness,
+        // 5: incarnation, 6: swap reserve, 7: host allowance
 inline constexpr std::size_t kMaxDevices = 16;
 inline constexpr std::size_t kMaxProcesses = 512;
 inline constexpr std::size_t kUuidSize = 48;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx\0"
@@ -206,7 +223,8 @@ struct alignas(64) DeviceQuota {
   std::atomic<uint32_t> swap_word;        // minor 3: bumped when resident_target changes
   std::atomic<uint32_t> swap_policy;      // minor 3: kSwapNever / kSwapAllow
   std::atomic<uint64_t> host_reserve;     // minor 6: pinned host bytes to hold ready (above)
-  uint64_t reserved[3];                   // room for compatible additions (minor version)
+  std::atomic<uint64_t> host_allowance;   // minor 7: the most the broker counts on host (above)
+  uint64_t reserved[2];                   // room for compatible additions (minor version)
 };
 
 inline constexpr uint64_t kNoResidentTarget = ~0ull;
@@ -313,6 +331,7 @@ static_assert(offsetof(DeviceQuota, swap_word) == 152);
 static_assert(offsetof(DeviceUsage, swapped) == 56);
 static_assert(offsetof(TenantLedger, schedule) == 64 + kMaxDevices * 64 + kMaxProcesses * 192);
 static_assert(offsetof(DeviceQuota, host_reserve) == 160);
+static_assert(offsetof(DeviceQuota, host_allowance) == 168);
 static_assert(offsetof(TenantLedger, host_reserved) ==
               64 + kMaxDevices * 64 + kMaxProcesses * 192 + kMaxProcesses * kMaxDevices * 16);
 static_assert(sizeof(TenantLedger) == 64 + kMaxDevices * 64 + kMaxProcesses * 192 +

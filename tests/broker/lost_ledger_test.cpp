@@ -114,6 +114,7 @@ TEST(RechargePolicy, TheDevicesFigureBoundsAClaimOfMoreOrOfLess) {
 
 TEST(RechargePolicy, BytesOnHostAreWholePagesWithinWhatTheCapLeaves) {
   RechargeFacts f = facts(kGiB);
+  f.host_allowance = kGiB;  // the broker had let it move up to its cap (swap_books.h)
   RechargeDecision d = decide_recharge({512 * kMiB, 5 * kSwapPage + 1}, f);
   EXPECT_EQ(d.swapped, 5 * kSwapPage);
   d = decide_recharge({768 * kMiB, kGiB}, f);  // the cap leaves 256 MiB beside 768
@@ -385,6 +386,38 @@ TEST_F(LostLedgerBooksWithNvml, ALyingProcessIsChargedWhatTheDeviceShowsItHolds)
   EXPECT_EQ(ledger().processes[4].used[0].load(), 2 * kGiB - slack);
   EXPECT_FALSE(reconciler->pending("a"));
   EXPECT_EQ(used(), kGiB + slack + 2 * kGiB - slack);
+}
+
+// Issue 27, row 2: a claim of bytes on host the broker never let the tenant move books
+// nothing on host; one within what it let move (DeviceQuota.host_allowance, kept in the quota
+// across the ledger's loss) is booked, less what the tenant's other processes book there.
+TEST_F(LostLedgerBooks, AClaimOfBytesOnHostIsBoundedByWhatTheBrokerLetTheTenantMove) {
+  ASSERT_EQ(tenant->quota().devices[0].host_allowance.load(), 0u);
+  json reply =
+      call(::getpid(), {{"op", "register"},
+                        {"protocol", 2},
+                        {"slot", 1},
+                        {"holdings", {{{"device", 0}, {"used", 0}, {"swapped", 896 * kMiB}}}}});
+  ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();
+  EXPECT_EQ(reply["recharged"][0]["swapped"], 0u);
+  EXPECT_EQ(ledger().devices[0].swapped.load(), 0u) << "no host memory booked for it";
+  EXPECT_EQ(ledger().schedule[1][0].swapped_pages.load(), 0u);
+  // The broker had let the tenant move 512 MiB; this process's 384 MiB are booked, and a
+  // second process claiming 896 MiB more gets what is left of the 512: 128 MiB.
+  tenant->quota().devices[0].host_allowance = 512 * kMiB;
+  reply = call(::getpid(), {{"op", "register"},
+                            {"protocol", 2},
+                            {"slot", 1},
+                            {"holdings", {{{"device", 0}, {"used", 0}, {"swapped", 384 * kMiB}}}}});
+  ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();
+  EXPECT_EQ(reply["recharged"][0]["swapped"], 384 * kMiB);
+  Sleeper other;
+  reply = call(other.pid, {{"op", "register"},
+                           {"protocol", 2},
+                           {"holdings", {{{"device", 0}, {"used", 0}, {"swapped", 896 * kMiB}}}}});
+  ASSERT_TRUE(reply["ok"].get<bool>()) << reply.dump();
+  EXPECT_EQ(reply["recharged"][0]["swapped"], 128 * kMiB);
+  EXPECT_EQ(ledger().devices[0].swapped.load(), 512 * kMiB);
 }
 
 TEST_F(LostLedgerBooks, MalformedHoldingsAreRefusedWithASentenceAndClaimNothing) {

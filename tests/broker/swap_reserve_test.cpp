@@ -23,6 +23,7 @@
 #include "core/ledger_ops.h"
 #include "core/segment_recovery.h"
 #include "core/status_report.h"
+#include "core/swap_books.h"
 #include "core/tenant_registry.h"
 #include "core/tenant_segments.h"
 #include "fracgpu/ledger_protocol.h"
@@ -212,6 +213,7 @@ class OwnReserve : public ::testing::Test {
   void SetUp() override {
     parked.q().memory_grant = 3 * kGiB;
     ASSERT_TRUE(parked.reserve(3 * kGiB));
+    allow_moves(parked.q());  // the broker had asked it to move (swap_books.h)
     ledger_protocol::moved_to_host(*parked.ledger, parked.slot, 0, 3 * kGiB);
     parked.q().memory_grant = 0;
   }
@@ -227,6 +229,7 @@ class OwnReserve : public ::testing::Test {
 // The reserve its processes pinned earlier takes the 4 GiB without pinning more: the budget's
 // 3 GiB left could not.
 TEST_F(OwnReserve, ATenantsOwnReserveTakesAMoveTheBudgetLeftCouldNot) {
+  borrower.q().host_reserve = 4 * kGiB;  // given by an earlier plan, and pinned
   borrower.ledger->host_reserved[borrower.slot] = 4 * kGiB;
   enforcer.tick(all(), arbiter, 0);
   EXPECT_EQ(borrower.q().resident_target.load(), 8 * kGiB);
@@ -241,6 +244,7 @@ TEST_F(OwnReserve, WithoutItTheSameMoveIsRefused) {
 }
 
 TEST_F(OwnReserve, AReserveOfADeadProcessIsNoReserve) {
+  borrower.q().host_reserve = 4 * kGiB;
   const auto other = ledger::claim_slot(*borrower.ledger, 1001, 1);
   ASSERT_TRUE(other.has_value());
   borrower.ledger->host_reserved[*other] = 4 * kGiB;

@@ -4,6 +4,11 @@
 // reaches host memory) and the borrower is reported; one that needs 192 MiB gets them; a
 // further 128 MiB would take the host to 320 MiB and is refused and reported again. The
 // borrower's data is intact throughout and all of it comes back.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -96,6 +101,131 @@ TEST_F(OvercommitBudget, ADemandBeyondTheHostBudgetMovesNothingAndIsReported) {
   expect_books({{"borrower", holds}});
   touch("done");
   EXPECT_EQ(borrower->wait(std::chrono::seconds(10)), 0);
+}
+
+// A tenant process's forgery, kept up: every millisecond its ledger's counter says `counter`
+// bytes on host and its slot as many pages as the word holds (what a hostile process of the
+// tenant can write: the ledger is mapped read-write in each of them).
+class Forgery {
+ public:
+  Forgery(TenantLedger* ledger, uint32_t slot) : ledger_(ledger), slot_(slot) {}
+  ~Forgery() { stop(); }
+  void start(uint64_t counter) {
+    stop();
+    counter_ = counter;
+    running_ = true;
+    thread_ = std::thread([this] {
+      while (running_.load()) {
+        write_once();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void write_once() {
+    ledger_->schedule[slot_][0].swapped_pages.store(UINT32_MAX);
+    ledger_->devices[0].swapped.store(counter_);
+  }
+  void stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  TenantLedger* ledger_;
+  uint32_t slot_;
+  uint64_t counter_ = 0;
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+};
+
+TEST_F(OvercommitBudget, AForgedSwappedCounterMovesNoOtherTenantNorSurvivesExitOrRestart) {
+  borrower_tenant("borrower");
+  auto borrower = start_pattern("borrower", kBorrowed, kChunk, "go", "done");
+  ASSERT_FALSE(HasFailure());
+  const TenantLedger* lb = ledger("borrower");
+  ASSERT_NE(lb, nullptr);
+  const uint64_t holds = kBorrowed + kContext;  // 1088 MiB
+  // The forger: 128 MiB guaranteed (so that it borrows nothing), one process holding 2 MiB
+  // beside its context, never asked to move anything.
+  tenant("forger", "128MiB", "128MiB");
+  auto writer = std::make_unique<BackgroundProcess>(
+      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2 * kMiB)},
+      tenant_env("forger"), file("forger-hold"));
+  ASSERT_EQ(writer->wait_until_ready(
+                [&] { return writer->out().find("\"holding\"") != std::string::npos; },
+                std::chrono::seconds(15)),
+            "");
+  const std::string path = client::ledger_path(run_dir(), "forger");
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  void* map = ::mmap(nullptr, sizeof(TenantLedger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* lf = static_cast<TenantLedger*>(map);
+  uint32_t slot = kMaxProcesses;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i)
+    if (lf->processes[i].state.load() == static_cast<uint32_t>(SlotState::kLive) &&
+        lf->processes[i].pid.load() == writer->pid())
+      slot = i;
+  ASSERT_LT(slot, kMaxProcesses);
+  Forgery forgery(lf, slot);
+
+  // 2^64 - 256 MiB, kept up: a guarantee that needs 192 MiB of the borrower's still gets them
+  // (the old sum took the forgery as true: "budget spent (0 B)").
+  forgery.start(0 - 256 * kMiB);
+  tenant("guaranteed", "3264MiB", "3072MiB");  // 4096 - 3072 - 128 = 896: 192 must move
+  wait_until([&] { return lb->devices[0].swapped.load() == 3 * kChunk; }, std::chrono::seconds(5));
+  EXPECT_EQ(lb->devices[0].swapped.load(), 3 * kChunk) << broker_log();
+  const nlohmann::json doc = status();
+  const nlohmann::json forger = [&] {
+    for (const auto& t : doc["tenants"])
+      if (t["name"] == "forger") return t;
+    return nlohmann::json::object();
+  }();
+  EXPECT_GE(forger["violations"]["by_kind"].value("swap", 0), 1) << forger.dump();
+  EXPECT_EQ(forger["devices"][0].value("memory_swapped", 1ull), 0u) << "what the broker counts";
+  EXPECT_NE(broker_log().find("tenant forger: swap violation"), std::string::npos) << broker_log();
+
+  // The wrap: with the borrower's 192 MiB on host, 2^64 - 192 MiB made the old sum exactly
+  // 2^64 = 0, and a further 192 MiB moved (384 MiB on host, 256 budgeted). Refused now.
+  forgery.start(0 - 192 * kMiB);
+  const std::string spent = "the node's host-memory budget for swapped memory is spent (64 MiB";
+  set_request("guaranteed", "3264MiB");
+  wait_until([&] { return broker_log().find(spent) != std::string::npos; },
+             std::chrono::seconds(5));
+  EXPECT_NE(broker_log().find(spent), std::string::npos) << broker_log();
+  expect_on_host_at_most(*lb, 3 * kChunk, std::chrono::milliseconds(600));
+
+  // The writer exits: nothing of the forgery is left in the forger's books.
+  forgery.stop();
+  writer.reset();  // SIGKILL and reap
+  wait_until([&] { return live_slots(*lf) == 0 && lf->devices[0].swapped.load() == 0; },
+             std::chrono::seconds(3));
+  EXPECT_EQ(lf->devices[0].swapped.load(), 0u);
+
+  // A broker restart with the forgery written while no broker ran: corrected at its first
+  // look, and the budget left is what is really on host (64 MiB), not 0 and not wrapped.
+  kill_broker();
+  forgery.write_once();
+  lf->devices[0].swapped.store(0 - 256 * kMiB);
+  start_broker();
+  wait_until([&] { return broker_log().find(spent) != std::string::npos; },
+             std::chrono::seconds(5));
+  EXPECT_NE(broker_log().find(spent), std::string::npos) << broker_log();
+  EXPECT_EQ(lf->devices[0].swapped.load(), 0u);
+  expect_on_host_at_most(*lb, 3 * kChunk, std::chrono::milliseconds(300));
+
+  // Books exact to the byte: the guarantee goes, the borrower's data comes back intact.
+  ProcessResult del = cli({"tenant", "delete", "guaranteed"});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  touch("go");
+  wait_until([&] { return borrower->out().find("\"intact\"") != std::string::npos; },
+             std::chrono::seconds(10));
+  EXPECT_EQ(last_json_line(borrower->out())["intact"], true) << borrower->out() << borrower->err();
+  expect_books({{"borrower", holds}, {"forger", 0}});
+  touch("done");
+  EXPECT_EQ(borrower->wait(std::chrono::seconds(10)), 0);
+  ::munmap(map, sizeof(TenantLedger));
 }
 
 }  // namespace
