@@ -45,7 +45,8 @@ TEST(CgroupIdentity, HierarchiesNeverMixUp) {
   EXPECT_NE(cgroup_identity("4:memory:/a\n0::/"), cgroup_identity("8:pids:/a\n0::/"));
   EXPECT_NE(cgroup_identity("0::/a"), cgroup_identity("4:memory:/a"));
   // A path may contain ':'.
-  EXPECT_EQ(cgroup_identity("0::/machine.slice/libpod-x:y.scope"), "0::/machine.slice/libpod-x:y.scope");
+  EXPECT_EQ(cgroup_identity("0::/machine.slice/libpod-x:y.scope"),
+            "0::/machine.slice/libpod-x:y.scope");
 }
 
 }  // namespace

@@ -128,10 +128,10 @@ TEST(StopDescendants, ZeroGraceStillSaysSigtermFirst) {
 TEST(DescendantsOf, OrphansReparentedToTheSubreaperAreDescendants) {
   const std::vector<ProcEntry> table = {
       {1, 0, 'S', 1},     {10, 5, 'S', 100},  {20, 10, 'Z', 0},  // the command, exited
-      {40, 10, 'S', 400},                                         // the escaped grandchild
-      {41, 40, 'S', 410},                                         // its own child
-      {30, 10, 'S', 300}, {31, 30, 'S', 310},                     // the private broker + child
-      {50, 1, 'S', 500},                                          // a stranger
+      {40, 10, 'S', 400},                                        // the escaped grandchild
+      {41, 40, 'S', 410},                                        // its own child
+      {30, 10, 'S', 300}, {31, 30, 'S', 310},                    // the private broker + child
+      {50, 1, 'S', 500},                                         // a stranger
   };
   const std::vector<LiveProcess> got = descendants_of(10, table, {30});
   ASSERT_EQ(got.size(), 2u);

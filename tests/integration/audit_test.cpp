@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -655,6 +656,8 @@ TEST_F(EscapeTest, ASetsidDoubleForkedGrandchildIsAttributedThroughTheSubreaperA
   const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - seen);
   ASSERT_TRUE(process_gone(grandchild)) << "never killed: " << tenant("t").dump();
   EXPECT_LE(elapsed.count(), 1000) << "killed " << elapsed.count() << " ms after it held 3 GiB";
+  std::printf("[ escape ] setsid grandchild holding 3 GiB in a 1 GiB tenant killed %lld ms later\n",
+              static_cast<long long>(elapsed.count()));
   const json v = tenant("t")["violations"];
   EXPECT_EQ(v["by_kind"]["unregistered"], 1) << v.dump();
   EXPECT_EQ(v["by_kind"]["over_cap"], 1) << v.dump();
@@ -689,6 +692,8 @@ TEST_F(EscapeTest, NothingTheCommandLeftBehindOutlivesTheRun) {
   const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - seen).count();
   EXPECT_TRUE(process_gone(grandchild)) << "outlived the run: " << read_text(out);
   EXPECT_GE(took, 900) << "the grace was given";
+  std::printf("[ escape ] the run ended %lld ms after its leftover held 3 GiB (grace 1 s)\n",
+              static_cast<long long>(took));
   EXPECT_LE(took, 4000);
   EXPECT_NE(run.err().find("the command left 1 process(es) running; stopped them (0 after "
                            "SIGTERM, 1 with SIGKILL after the 1 s grace)"),

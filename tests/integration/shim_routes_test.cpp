@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include "shim_fixture.h"
 
@@ -150,6 +151,8 @@ TEST_F(ShimBehaviour, AMissingTenantSocketFailsClosedWithinASecondNamingIt) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find("cuInit(0) failed"), std::string::npos) << r.out;
   EXPECT_LT(took, 1000) << "the whole process, first CUDA call to its error included";
+  std::printf("[ missing socket ] the process failed closed and exited in %lld ms\n",
+              static_cast<long long>(took));
   EXPECT_NE(r.err.find("cannot register with the fracgpu broker at "
                        "/nonexistent-fracgpu/tenants/t/broker.sock (no socket at "
                        "/nonexistent-fracgpu/tenants/t/broker.sock"),
