@@ -13,6 +13,7 @@
 #include "cli/status_command.h"
 #include "cli/tenant_commands.h"
 #include "cli/top_command.h"
+#include "common/build_info.h"
 #include "core/broker.h"
 #include "fracgpu/paths.h"
 
@@ -29,7 +30,7 @@ struct Commands {
   cli::QuotaFlags create_flags, update_flags, set_flags;
   std::vector<std::string> owners;  // tenant create/update --owner
   cli::TopFlags top;
-  CLI::App *demo_cmd = nullptr, *set_cmd = nullptr, *top_cmd = nullptr;
+  CLI::App *demo_cmd = nullptr, *set_cmd = nullptr, *top_cmd = nullptr, *version_cmd = nullptr;
   CLI::App *run_cmd = nullptr, *status_cmd = nullptr, *broker_cmd = nullptr, *create_cmd = nullptr,
            *update_cmd = nullptr, *delete_cmd = nullptr, *list_cmd = nullptr;
 };
@@ -42,6 +43,16 @@ void define_run(CLI::App& app, Commands& c) {
   c.run_cmd->add_option("--tenant", c.run.tenant,
                         "Join the existing tenant NAME of the node broker instead of creating "
                         "one (for its owners: fracgpu tenant create NAME --owner USER ...)");
+  c.run_cmd
+      ->add_option("--stop-grace", c.run.stop_grace_s,
+                   "When the command exits, its descendants still running get SIGTERM, and "
+                   "SIGKILL this many seconds later (default 5; 0-3600)")
+      ->check(CLI::Range(0.0, 3600.0));
+  c.run_cmd
+      ->add_option("--cgroup", c.run.cgroup,
+                   "auto (default): run in a cgroup v2 of its own where the host allows it; off: "
+                   "attribute the command's processes by ancestry only")
+      ->check(CLI::IsMember({"auto", "off"}));
   c.run_cmd->footer(
       "Usage: fracgpu run [--memory SIZE] [options] [--] CMD [ARGS...]\n"
       "       fracgpu run --tenant NAME [--] CMD [ARGS...]\n"
@@ -98,7 +109,16 @@ void define_set_and_top(CLI::App& app, Commands& c) {
   c.top_cmd->add_flag("--once", c.top.once, "Print one frame and exit (for scripts)");
 }
 
+// "fracgpu 0.1.0 (commit d28724a3f0b1)": the same for --version and `version`.
+std::string version_line() {
+  return std::string("fracgpu ") + build_info::version() + " (commit " + build_info::commit() + ")";
+}
+
 int dispatch(Commands& c) {
+  if (c.version_cmd->parsed()) {
+    std::printf("%s\n", version_line().c_str());
+    return 0;
+  }
   if (c.demo_cmd != nullptr && c.demo_cmd->parsed()) return cli::run_demo();
   if (c.run_cmd->parsed()) {
     c.run.run_dir = c.run_dir;
@@ -147,6 +167,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fracgpu: fractions of a GPU with enforced memory caps and compute shares"};
   app.require_subcommand(1);
   app.fallthrough();
+  app.set_version_flag("--version", version_line(), "Print the version and git commit, and exit");
   app.add_option("--run-dir", c.run_dir,
                  std::string("The broker's run directory (default ") + paths::kRunDir + ")")
       ->envname("FRACGPU_RUN_DIR");
@@ -159,6 +180,7 @@ int main(int argc, char** argv) {
   c.broker_cmd = app.add_subcommand("broker", "Run the node broker in the foreground");
   broker::add_broker_options(*c.broker_cmd, c.broker, /*with_run_dir=*/false);
   define_tenant(app, c);
+  c.version_cmd = app.add_subcommand("version", "Print the version and git commit");
   const cli::RunSplit split = cli::split_run_command(app, *c.run_cmd, argc, argv);
   c.run.command = split.command;
   try {
@@ -166,6 +188,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "fracgpu: %s (see fracgpu --help)\n", explain(app, e).c_str());

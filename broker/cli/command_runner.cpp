@@ -4,6 +4,7 @@
 #include "cli/command_runner.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,21 +13,33 @@
 #include <csignal>
 #include <cstring>
 
+#include "cli/process_tree.h"
+
 extern char** environ;
 
 namespace fracgpu::cli {
 namespace {
 
 std::atomic<pid_t> g_child{0};
+std::atomic<bool> g_stopping{false};  // the command exited: its leftovers are being stopped
+std::atomic<bool> g_hurry{false};     // a signal came meanwhile: no more grace
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 // Forward only signals sent to us specifically (kill, timeout, systemd). Terminal
 // signals (si_code SI_KERNEL) already went to the command, which shares our process
 // group; sending them twice would make e.g. Python raise KeyboardInterrupt twice.
+// Once the command is gone, any of them (the terminal's too) cuts the stopper's grace.
 void forward_signal(int sig, siginfo_t* info, void*) {
+  if (g_stopping.load()) {
+    g_hurry.store(true);
+    return;
+  }
   const pid_t child = g_child.load();
   if (child > 0 && info != nullptr && info->si_code != SI_KERNEL) ::kill(child, sig);
 }
+
+// Only interrupts waitpid(): the orphan that exited is reaped by the waiting loop.
+void note_child_exit(int) {}
 
 // No SA_RESTART: every call between here and restore_default_signals() retries on EINTR
 // itself, and a restarted waitpid() would keep a handler that a runtime runs only at its
@@ -41,6 +54,15 @@ void install_forwarding() {
 
 void restore_default_signals() {
   for (int sig : kForwarded) ::signal(sig, SIG_DFL);
+  ::signal(SIGCHLD, SIG_DFL);
+}
+
+void install_orphan_reaping() {
+  struct sigaction sa {};
+  sa.sa_handler = note_child_exit;
+  sa.sa_flags = SA_NOCLDSTOP;  // no SA_RESTART: waitpid() returns EINTR
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGCHLD, &sa, nullptr);
 }
 
 std::vector<std::string> build_environment(const std::map<std::string, std::string>& overrides) {
@@ -69,10 +91,14 @@ std::vector<std::string> build_environment(const std::map<std::string, std::stri
   ::_exit(127);
 }
 
-int wait_for(pid_t pid) {
+// The command's exit status; with `orphans`, the orphans that exit meanwhile (SIGCHLD
+// interrupts the wait) are reaped too, never the command itself nor `keep`.
+int wait_for(pid_t pid, bool orphans, std::vector<pid_t> keep) {
+  keep.push_back(pid);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return 125;
+    if (orphans) reap_orphans(keep);
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -87,13 +113,25 @@ std::string prepend_preload(const std::string& shim, const char* existing) {
 }
 
 CommandResult run_command(const std::vector<std::string>& argv,
-                          const std::map<std::string, std::string>& env_overrides) {
+                          const std::map<std::string, std::string>& env_overrides,
+                          const Supervision& supervision) {
   const std::vector<std::string> env = build_environment(env_overrides);
   int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return {125, std::string("pipe: ") + std::strerror(errno)};
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0)
+    return {125, std::string("pipe: ") + std::strerror(errno), {}};
+  const bool keep = supervision.keep_descendants;
+  if (keep && ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    return {125, "cannot become the command's child subreaper: " + why, {}};
+  }
+  g_stopping.store(false);
+  g_hurry.store(false);
   install_forwarding();
+  if (keep) install_orphan_reaping();
   const pid_t pid = ::fork();
-  if (pid < 0) return {125, std::string("fork: ") + std::strerror(errno)};
+  if (pid < 0) return {125, std::string("fork: ") + std::strerror(errno), {}};
   if (pid == 0) {
     ::close(err_pipe[0]);
     exec_child(argv, env, err_pipe[1]);
@@ -106,14 +144,23 @@ CommandResult run_command(const std::vector<std::string>& argv,
     n = ::read(err_pipe[0], &exec_errno, sizeof exec_errno);
   } while (n < 0 && errno == EINTR);
   ::close(err_pipe[0]);
-  const int status = wait_for(pid);
+  const int status = wait_for(pid, keep, supervision.excluded);
+  StopOutcome stopped;
+  if (keep) {
+    g_stopping.store(true);
+    g_child.store(0);
+    ProcessTree tree(supervision.excluded, supervision.cgroup_pids, g_hurry);
+    stopped = stop_descendants(tree, supervision.grace);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+  }
   g_child.store(0);
   restore_default_signals();
+  g_stopping.store(false);
   if (n == sizeof exec_errno) {
     return {exec_errno == ENOENT ? 127 : 126,
-            "cannot run '" + argv[0] + "': " + std::strerror(exec_errno)};
+            "cannot run '" + argv[0] + "': " + std::strerror(exec_errno), stopped};
   }
-  return {status, ""};
+  return {status, "", stopped};
 }
 
 }  // namespace fracgpu::cli

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "cli/command_runner.h"
+#include "cli/run_cgroup.h"
 #include "cli/run_route.h"
 #include "cli/tenant_membership.h"
 #include "client/admin_client.h"
@@ -142,6 +143,46 @@ std::optional<std::string> socket_problem(const std::string& socket, const std::
   return std::nullopt;
 }
 
+// Which attribution is in force, said when FRACGPU_LOG_LEVEL asks for info or debug (the
+// shim's variable: one knob for how talkative fracgpu is).
+void say_attribution(const RunCgroup& cgroup) {
+  const char* level = std::getenv("FRACGPU_LOG_LEVEL");
+  if (level == nullptr) return;
+  const std::string l = level;
+  if (l == "info" || l == "debug")
+    std::fprintf(stderr, "fracgpu: this run's processes are attributed by %s\n",
+                 cgroup.attribution().c_str());
+}
+
+RunCgroup enter_cgroup(const RunRequest& request) {
+  RunCgroup cgroup =
+      RunCgroup::enter(request.cgroup == "off" ? RunCgroup::Mode::kOff : RunCgroup::Mode::kAuto);
+  say_attribution(cgroup);
+  return cgroup;
+}
+
+Supervision supervision(const RunRequest& request, const RunCgroup& cgroup, pid_t excluded) {
+  Supervision s;
+  s.keep_descendants = true;
+  s.grace = std::chrono::milliseconds(static_cast<int64_t>(request.stop_grace_s * 1000));
+  if (excluded > 0) s.excluded.push_back(excluded);
+  if (cgroup.active()) s.cgroup_pids = [&cgroup] { return cgroup.pids(); };
+  return s;
+}
+
+void report_stopped(const StopOutcome& stopped, double grace_s) {
+  if (!stopped.any()) return;
+  std::fprintf(stderr,
+               "fracgpu: the command left %zu process(es) running; stopped them (%zu after "
+               "SIGTERM, %zu with SIGKILL after the %g s grace)\n",
+               stopped.terminated + stopped.killed + stopped.left.size(), stopped.terminated,
+               stopped.killed, grace_s);
+  if (stopped.left.empty()) return;
+  std::string pids;
+  for (pid_t pid : stopped.left) pids += (pids.empty() ? "" : " ") + std::to_string(pid);
+  std::fprintf(stderr, "fracgpu: still alive after SIGKILL: pid %s\n", pids.c_str());
+}
+
 // `fracgpu run --tenant NAME`: the node's existing tenant, nothing created or deleted.
 int join_tenant_and_run(const RunRequest& request) {
   if (!request.name.empty()) {
@@ -163,14 +204,18 @@ int join_tenant_and_run(const RunRequest& request) {
   const std::string socket =
       client::tenant_socket_path(request.run_dir, request.tenant, /*has_owners=*/true).string();
   if (auto problem = socket_problem(socket, request.tenant)) return fail(kExitFailure, *problem);
+  // Before registering: the broker reads a registered process's cgroup once.
+  RunCgroup cgroup = enter_cgroup(request);
   auto membership = TenantMembership::join(socket, kRegisterTimeout);
   if (!membership)
     return fail(kExitFailure, "cannot join tenant " + request.tenant + ": " + membership.error());
   std::map<std::string, std::string> env;
   env["LD_PRELOAD"] = prepend_preload(*shim, std::getenv("LD_PRELOAD"));
   env["FRACGPU_SOCKET"] = socket;
-  CommandResult result = run_command(request.command, env);
+  CommandResult result = run_command(request.command, env, supervision(request, cgroup, -1));
+  report_stopped(result.stopped, request.stop_grace_s);
   membership->leave();
+  cgroup.leave();
   if (!result.error.empty()) return fail(result.exit_status, result.error);
   return result.exit_status;
 }
@@ -224,13 +269,19 @@ int run_tenant_command(const RunRequest& request) {
   if (!created) return fail(kExitFailure, created.error());
 
   const json& tenant = (*created)["tenant"];
+  RunCgroup cgroup = enter_cgroup(request);  // before registering, as above
   auto membership = TenantMembership::join(tenant.value("socket", ""), kRegisterTimeout);
   if (!membership) {
+    cgroup.leave();
     delete_tenant(*broker, name);
     return fail(kExitFailure, "cannot register in tenant " + name + ": " + membership.error());
   }
-  CommandResult result = run_command(request.command, command_environment(*shim, tenant, request));
+  const pid_t private_pid = broker->private_broker ? broker->private_broker->pid() : -1;
+  CommandResult result = run_command(request.command, command_environment(*shim, tenant, request),
+                                     supervision(request, cgroup, private_pid));
+  report_stopped(result.stopped, request.stop_grace_s);
   membership->leave();
+  cgroup.leave();
   delete_tenant(*broker, name);
   if (!result.error.empty()) return fail(result.exit_status, result.error);
   return result.exit_status;

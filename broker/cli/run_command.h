@@ -6,6 +6,10 @@
 // (cli/tenant_membership.h), runs the command with the shim preloaded and pointed at the
 // tenant's socket, and deletes the tenant afterwards. With --tenant NAME it joins the
 // node's existing tenant NAME instead (no admin call, nothing created or deleted).
+// Whatever the command leaves behind is kept and stopped (issue 27, row 5): this process
+// is the command's child subreaper, moves into a cgroup of its own where the host allows
+// it (run_cgroup.h) before it registers, and stops the descendants still alive when the
+// command exits (descendant_stopper.h) before it leaves the tenant.
 #pragma once
 
 #include <string>
@@ -26,6 +30,8 @@ struct RunRequest {
   std::string tenant;  // --tenant: join this existing tenant of the node broker
   std::vector<std::string> command;
   std::string run_dir;
+  std::string cgroup = "auto";  // --cgroup auto|off
+  double stop_grace_s = 5;      // --stop-grace: SIGTERM to leftovers, SIGKILL this much later
 };
 
 int run_tenant_command(const RunRequest& request);

@@ -25,6 +25,7 @@ class PrivateBroker {
   void stop();
 
   const std::filesystem::path& run_dir() const { return run_dir_; }
+  pid_t pid() const { return process_.pid(); }  // -1 before start()
 
  private:
   BrokerProcess process_;

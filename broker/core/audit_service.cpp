@@ -16,6 +16,8 @@ AuditService::AuditService(AuditOptions options, TenantRegistry& registry, Proce
       tracker_(tracker),
       reconciler_(reconciler),
       gpus_(gpus),
+      processes_(options_.cgroups ? static_cast<CgroupReader&>(cgroup_files_) : no_cgroups_,
+                 system_pidfd_ops()),
       audit_(AuditConfig{options_.action, static_cast<int32_t>(::getpid()), options_.tolerance, 2},
              processes_),
       books_(gpus),
@@ -37,9 +39,11 @@ void AuditService::open() {
     matched += std::any_of(gpus_.gpus.begin(), gpus_.gpus.end(),
                            [&](const GpuInfo& g) { return g.uuid == uuid; });
   spdlog::info(
-      "audit: NVML {} lists {} GPU(s), {} of them in the inventory; every {} ms, action {}",
+      "audit: NVML {} lists {} GPU(s), {} of them in the inventory; every {} ms, action {}, "
+      "attribution by {}",
       options_.nvml_path, nvml_->uuids().size(), matched, options_.interval_ms,
-      options_.action == AuditAction::kKill ? "kill" : "log");
+      options_.action == AuditAction::kKill ? "kill" : "log",
+      options_.cgroups ? "ancestry and cgroup" : "ancestry only (--audit-cgroups off)");
 }
 
 void AuditService::record(const std::vector<Violation>& found) {

@@ -101,6 +101,8 @@ class AuditService {
   const GpuInventory& gpus_;
   std::unique_ptr<NvmlPort> nvml_;
   std::string unavailable_;  // why the NVML audit is off
+  ProcfsCgroupReader cgroup_files_;
+  RootOnlyCgroupReader no_cgroups_;
   ProcfsProcessPort processes_;
   UsageAudit audit_;
   BooksCheck books_;

@@ -99,6 +99,11 @@ void add_broker_options(CLI::App& app, BrokerOptions& o, bool with_run_dir) {
   app.add_option("--audit-tolerance", o.audit_tolerance,
                  "Real usage above the books the audit tolerates, at least (default 64MiB; "
                  "2% of the limit where that is more)");
+  app.add_option("--audit-cgroups", o.audit_cgroups,
+                 "Attribute a process to a tenant by its cgroup too (on, the default: a "
+                 "container's, or a `fracgpu run`'s own) or by ancestry only (off: for hosts "
+                 "where unrelated jobs share a cgroup)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--swap-host-budget", o.swap_host_budget,
                  "Host memory all tenants' swapped memory may take together (default auto: half "
                  "of the node's memory; 0 = never swap)");
@@ -166,9 +171,9 @@ Status resolve_broker_options(BrokerOptions& o) {
   if (!tolerance) return Status::failure(tolerance.error());
   if (o.audit_action != "log" && o.audit_action != "kill")
     return Status::failure("--audit-action must be log or kill");
-  o.audit =
-      AuditOptions{o.nvml, o.audit_interval_ms,
-                   o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog, *tolerance};
+  o.audit = AuditOptions{o.nvml, o.audit_interval_ms,
+                         o.audit_action == "kill" ? AuditAction::kKill : AuditAction::kLog,
+                         *tolerance, o.audit_cgroups != "off"};
   o.audit.fracgpu_only = o.fracgpu_only;
   if (o.swap_host_budget == "auto") {
     o.swap_host_budget_bytes = node_memory_bytes() / 2;

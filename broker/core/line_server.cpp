@@ -167,11 +167,15 @@ void LineServer::send(Peer& peer, const nlohmann::json& reply) {
 ssize_t LineServer::send_some(Peer& peer) {
   if (peer.pending_fd < 0)
     return ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  const ssize_t n = descriptor_passing::send_with(peer.fd, peer.out.data(), peer.out.size(),
-                                                  peer.pending_fd, MSG_NOSIGNAL | MSG_DONTWAIT);
+  const int fds[2] = {peer.pending_fd, peer.pending_second_fd};
+  const ssize_t n = descriptor_passing::send_with(peer.fd, peer.out.data(), peer.out.size(), fds,
+                                                  peer.pending_second_fd >= 0 ? 2 : 1,
+                                                  MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0) {
     ::close(peer.pending_fd);
     peer.pending_fd = -1;
+    if (peer.pending_second_fd >= 0) ::close(peer.pending_second_fd);
+    peer.pending_second_fd = -1;
   }
   return n;
 }
@@ -208,6 +212,7 @@ void LineServer::disconnect(uint64_t peer_id) {
   loop_.remove(peer->loop_id);
   ::close(peer->fd);
   if (peer->pending_fd >= 0) ::close(peer->pending_fd);
+  if (peer->pending_second_fd >= 0) ::close(peer->pending_second_fd);
   // A descriptor is free again: the spares come first, and a control-plane listener that
   // stopped for want of one resumes at once rather than after its backoff.
   if (spare_descriptor::ensure() && paused_ && limits_.use_spare_fd) resume_accepting();

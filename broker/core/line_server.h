@@ -36,6 +36,7 @@ struct Peer {
   // reply's first byte); LineServer owns it from then on and closes it once sent or when
   // the peer goes away.
   int pending_fd = -1;
+  int pending_second_fd = -1;          // sent after pending_fd in the same message (a host quota)
   std::string in;                      // bytes received, not yet a full line
   std::string out;                     // reply bytes not yet accepted by the kernel
   bool closing = false;                // disconnect once `out` is flushed

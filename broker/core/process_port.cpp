@@ -1,4 +1,4 @@
-// /proc parsing and SIGKILL for the usage audit (process_port.h).
+// /proc parsing and the pidfd kill for the usage audit (process_port.h).
 #include "core/process_port.h"
 
 #include <signal.h>
@@ -23,6 +23,21 @@ std::string read_small(const std::string& path, std::size_t size) {
 
 }  // namespace
 
+std::string ProcfsCgroupReader::read(int32_t pid) {
+  std::string text = read_small(root_ + "/" + std::to_string(pid) + "/cgroup", 4096);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+ProcfsProcessPort::ProcfsProcessPort(std::string proc_root)
+    : root_(std::move(proc_root)),
+      own_cgroups_(root_),
+      cgroups_(own_cgroups_),
+      pidfds_(system_pidfd_ops()) {}
+
+ProcfsProcessPort::ProcfsProcessPort(CgroupReader& cgroups, PidfdOps& pidfds, std::string proc_root)
+    : root_(std::move(proc_root)), own_cgroups_(root_), cgroups_(cgroups), pidfds_(pidfds) {}
+
 std::optional<ProcessFacts> ProcfsProcessPort::describe(int32_t pid) {
   if (pid <= 0) return std::nullopt;
   const std::string dir = root_ + "/" + std::to_string(pid);
@@ -40,13 +55,12 @@ std::optional<ProcessFacts> ProcfsProcessPort::describe(int32_t pid) {
     if (field == 22) facts.start_time = std::strtoull(cursor, nullptr, 10);
     while (*cursor != ' ' && *cursor != '\0') ++cursor;
   }
-  facts.cgroup = read_small(dir + "/cgroup", 4096);
-  while (!facts.cgroup.empty() && facts.cgroup.back() == '\n') facts.cgroup.pop_back();
+  facts.cgroup = cgroups_.read(pid);
   return facts;
 }
 
-bool ProcfsProcessPort::kill(int32_t pid) {
-  return pid > 1 && ::kill(pid, SIGKILL) == 0;
+bool ProcfsProcessPort::kill(int32_t pid, uint64_t start_time) {
+  return signal_exact_process(pidfds_, pid, start_time, SIGKILL);
 }
 
 }  // namespace fracgpu::broker

@@ -154,7 +154,9 @@ Result<std::unique_ptr<Tenant>> TenantRegistry::attach(const TenantSpec& spec) {
   if (auto s = check_socket_path(tenant->socket_path()); !s) return R::failure(s.error());
   move_old_layout_dir(spec);
   if (auto s = make_directory(tenant->dir, paths::kTenantDirMode); !s) return R::failure(s.error());
-  auto segments = TenantSegments::open(tenant->dir, tenant->ledger_path);
+  auto segments =
+      TenantSegments::open(tenant->dir, tenant->ledger_path,
+                           spec.has_owners() ? paths::kOwnedQuotaMode : paths::kQuotaMode);
   if (!segments) return R::failure(segments.error());
   tenant->segments = std::move(*segments);
   tenant->segments->publish(spec, gpus_);

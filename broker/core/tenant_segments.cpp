@@ -1,7 +1,8 @@
 // Creation, validation and in-place publication of the quota and ledger files. Files
 // are created with open(2) and then given their mode and owner through the descriptor,
-// so both are exact regardless of the umask or of who created a file found there (the
-// quota is readable by all, the ledger by the broker alone). Neither is ever replaced by
+// so both are exact regardless of the umask or of who created a file found there (a pod's
+// quota is readable by all who reach it, a host tenant's and every ledger by the broker
+// alone: its processes get descriptors). Neither is ever replaced by
 // a new file: processes keep their existing mappings, so a new inode would silently
 // detach them from the broker; the old layout's ledger is moved with rename(2), which
 // keeps the inode. A ledger found with a bad header is rebuilt from its processes' slots
@@ -190,14 +191,15 @@ void publish_device(DeviceQuota& slot, DeviceUsage& usage, const DeviceSpec& d, 
 }  // namespace
 
 Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
-    const std::filesystem::path& dir, const std::filesystem::path& ledger_path) {
+    const std::filesystem::path& dir, const std::filesystem::path& ledger_path,
+    unsigned quota_mode) {
   using R = Result<std::unique_ptr<TenantSegments>>;
   const auto quota_path = dir / protocol::kQuotaFileName;
   const bool migrated = migrate_old_ledger(dir, ledger_path);
   std::error_code exists_ec;
   const bool ledger_existed = std::filesystem::exists(ledger_path, exists_ec);
   const bool quota_existed = std::filesystem::exists(quota_path, exists_ec);
-  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), paths::kQuotaMode); !s)
+  if (auto s = prepare_file(quota_path, sizeof(TenantQuota), static_cast<mode_t>(quota_mode)); !s)
     return R::failure(s.error());
   if (auto s = prepare_file(ledger_path, sizeof(TenantLedger), paths::kLedgerMode); !s)
     return R::failure(s.error());
@@ -219,6 +221,7 @@ Result<std::unique_ptr<TenantSegments>> TenantSegments::open(
   if (::fstat(seg->quota_file_.get_mapping_handle().handle, &quota_st) == 0)
     seg->quota_id_ = {quota_st.st_dev, quota_st.st_ino};
   seg->ledger_path_ = ledger_path;
+  seg->quota_path_ = quota_path;
   seg->ledger_dev_ = st.st_dev;
   seg->ledger_ino_ = st.st_ino;
   seg->ledger_migrated_ = migrated;
@@ -277,6 +280,17 @@ int TenantSegments::ledger_descriptor(bool writable) const {
   if (fd < 0) return -1;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_dev != ledger_dev_ || st.st_ino != ledger_ino_) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int TenantSegments::quota_descriptor() const {
+  const int fd = ::open(quota_path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_dev != quota_id_.dev || st.st_ino != quota_id_.ino) {
     ::close(fd);
     return -1;
   }

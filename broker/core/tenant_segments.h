@@ -31,11 +31,14 @@ namespace fracgpu::broker {
 
 class TenantSegments {
  public:
-  // Creates or re-opens <dir>/quota (mode 0644) and `ledger_path` (mode 0600), both
-  // owned by the broker's uid; a <dir>/ledger left by the old layout becomes `ledger_path`
-  // (renamed) when there is none yet, and is removed otherwise.
+  // Creates or re-opens <dir>/quota (mode `quota_mode`: 0644 for a pod's tenant, read by
+  // path; 0600 for a host tenant with owners, passed as a descriptor) and `ledger_path`
+  // (mode 0600), both owned by the broker's uid; an existing file gets the mode again (a
+  // restart tightens an older layout's 0644). A <dir>/ledger left by the old layout
+  // becomes `ledger_path` (renamed) when there is none yet, and is removed otherwise.
   static Result<std::unique_ptr<TenantSegments>> open(const std::filesystem::path& dir,
-                                                      const std::filesystem::path& ledger_path);
+                                                      const std::filesystem::path& ledger_path,
+                                                      unsigned quota_mode = 0644);
 
   TenantQuota& quota() { return *quota_; }
   TenantLedger& ledger() { return *ledger_; }
@@ -64,6 +67,11 @@ class TenantSegments {
   // or read-only, for passing to a tenant process; -1 when the file at the ledger path
   // is gone or is no longer the one mapped here.
   int ledger_descriptor(bool writable) const;
+  // A new READ-ONLY descriptor of the quota file (close-on-exec; the caller owns it), for
+  // a host tenant's processes, which cannot open the 0600 file by path; -1 when the file
+  // at the path is gone or is not the one mapped here. Being O_RDONLY, it cannot be mapped
+  // writable, and reopening it through /proc/self/fd checks the file's 0600 mode again.
+  int quota_descriptor() const;
 
   // Writes the spec into the quota in place and bumps its generation. Grants of GPUs
   // already present are kept (clamped into [request, limit], lowered race-safely);
@@ -83,7 +91,7 @@ class TenantSegments {
   bool allowance_unknown_ = false;  // no broker's host_allowance in the quota, until the publish
   bool lost_ledger_ = false;
   FileId quota_id_;
-  std::filesystem::path ledger_path_;
+  std::filesystem::path ledger_path_, quota_path_;
   dev_t ledger_dev_ = 0;
   ino_t ledger_ino_ = 0;
 };

@@ -150,22 +150,16 @@ uint64_t others_on_host(const TenantLedger& ledger, uint32_t slot, uint32_t devi
   return sum;
 }
 
-std::string uid_list(const std::vector<uint32_t>& uids) {
-  std::string out;
-  for (uint32_t uid : uids) out += (out.empty() ? "" : ", ") + std::to_string(uid);
-  return out;
-}
-
 }  // namespace
 
 std::optional<std::string> registration_refusal(const TenantSpec& spec, uid_t peer_uid,
                                                 uid_t broker_uid) {
   if (peer_uid == 0 || peer_uid == broker_uid || !spec.has_owners() || spec.owned_by(peer_uid))
     return std::nullopt;
+  // Never the owners' uids: who may use a tenant is not the business of a user who may not.
   return "permission denied: uid " + std::to_string(peer_uid) + " is not an owner of tenant '" +
-         spec.name + "' (its owners: uid " + uid_list(spec.owners) +
-         "); an administrator can add it with: fracgpu tenant update " + spec.name + " --owner " +
-         std::to_string(peer_uid);
+         spec.name + "'; an administrator can add it with: fracgpu tenant update " + spec.name +
+         " --owner " + std::to_string(peer_uid);
 }
 
 TenantSocketServer::TenantSocketServer(EventLoop& loop, TenantServices services, std::string tenant)
@@ -246,6 +240,7 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
   peer.slot = *slot;
   peer.pending_fd = guard.fd;  // LineServer sends it with the reply and closes it
   guard.fd = -1;
+  const bool quota_fd = attach_quota(peer, tenant);
   spdlog::info("tenant {}: pid {} (uid {}) registered in slot {}{}", tenant.spec.name, pid,
                peer.cred.uid, *slot, rejoin->slot ? " again" : "");
   json recharged;
@@ -262,8 +257,23 @@ json TenantSocketServer::handle_register(Peer& peer, Tenant& tenant, const json&
   reply["slot"] = *slot;
   reply["quota"] = protocol::kQuotaFileName;
   reply["ledger_fd"] = true;
+  if (quota_fd) reply["quota_fd"] = true;
   if (services_.mps != nullptr) add_mps_fields(reply, *services_.mps, tenant, peer);
   return reply;
+}
+
+// A host tenant's quota is 0600 (paths.h): its processes get it as a read-only descriptor
+// after the ledger's. A pod's is read by path through its read-only mount (docs/security.md).
+bool TenantSocketServer::attach_quota(Peer& peer, Tenant& tenant) {
+  if (!tenant.spec.has_owners()) return false;
+  const int fd = tenant.segments->quota_descriptor();
+  if (fd < 0) {
+    spdlog::error("tenant {}: cannot open its quota {} for a process", tenant.spec.name,
+                  (tenant.dir / protocol::kQuotaFileName).string());
+    return false;
+  }
+  peer.pending_second_fd = fd;
+  return true;
 }
 
 json TenantSocketServer::recharge(Tenant& tenant, uint32_t slot, pid_t pid, uint64_t start_time,
@@ -326,11 +336,13 @@ json TenantSocketServer::handle_view(Peer& peer, Tenant& tenant, const json& req
     return LineServer::error_reply("the broker cannot open the ledger of tenant '" +
                                    tenant.spec.name + "'");
   peer.pending_fd = ledger_fd;
+  const bool quota_fd = attach_quota(peer, tenant);
   json reply = ok_reply();
   reply["protocol"] = protocol::kVersion;
   reply["tenant"] = tenant.spec.name;
   reply["quota"] = protocol::kQuotaFileName;
   reply["ledger_fd"] = true;
+  if (quota_fd) reply["quota_fd"] = true;
   return reply;
 }
 

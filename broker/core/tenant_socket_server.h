@@ -64,6 +64,7 @@ class TenantSocketServer {
  private:
   nlohmann::json handle_register(Peer& peer, Tenant& tenant, const nlohmann::json& request);
   nlohmann::json handle_view(Peer& peer, Tenant& tenant, const nlohmann::json& request);
+  bool attach_quota(Peer& peer, Tenant& tenant);
   nlohmann::json handle_burst(Tenant& tenant, const nlohmann::json& request);
   void rebuild_if_damaged(Tenant& tenant);
   // The re-charge of a re-registration's "holdings" into `slot` (protocol.h, minor 2).

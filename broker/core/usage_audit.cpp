@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/cgroup_identity.h"
 #include "core/quantity_parser.h"
 
 namespace fracgpu::broker {
@@ -12,9 +13,10 @@ namespace {
 
 constexpr int kMaxAncestry = 64;
 
-// Cgroups that say nothing about a tenant: unknown, or the root of the v2 hierarchy.
-bool meaningless_cgroup(const std::string& cgroup) {
-  return cgroup.empty() || cgroup == "0::/";
+// Cgroups that say nothing about a tenant: unknown, or the root of every hierarchy
+// (cgroup_identity.h gives "" for both).
+bool meaningless_cgroup(const std::string& identity) {
+  return identity.empty();
 }
 
 }  // namespace
@@ -49,7 +51,7 @@ const UsageAudit::Facts* UsageAudit::facts_of(int32_t pid) {
   if (auto it = facts_.find(pid); it != facts_.end()) return &it->second;
   auto described = port_.describe(pid);
   if (!described) return nullptr;
-  Facts facts{described->start_time, described->cgroup, {}};
+  Facts facts{described->start_time, cgroup_identity(described->cgroup), {}};
   int32_t parent = described->ppid;
   for (int depth = 0; depth < kMaxAncestry && parent > 1 && parent != config_.self_pid; ++depth) {
     auto up = port_.describe(parent);
@@ -68,7 +70,7 @@ std::map<std::string, std::set<std::size_t>> UsageAudit::cgroups_of(
     const std::vector<AuditTenant>& tenants) {
   if (!self_cgroup_) {
     auto self = port_.describe(config_.self_pid);
-    self_cgroup_ = self ? self->cgroup : std::string();
+    self_cgroup_ = self ? cgroup_identity(self->cgroup) : std::string();
   }
   std::map<std::string, std::set<std::size_t>> out;
   std::set<std::pair<int32_t, uint64_t>> alive;
@@ -80,7 +82,9 @@ std::map<std::string, std::set<std::size_t>> UsageAudit::cgroups_of(
       if (it == registered_cgroups_.end()) {
         auto described = port_.describe(p.pid);
         const bool same = described && described->start_time == p.start_time;
-        it = registered_cgroups_.emplace(key, same ? described->cgroup : std::string()).first;
+        it = registered_cgroups_
+                 .emplace(key, same ? cgroup_identity(described->cgroup) : std::string())
+                 .first;
       }
       if (!meaningless_cgroup(it->second) && it->second != *self_cgroup_) out[it->second].insert(t);
     }
@@ -235,7 +239,7 @@ bool UsageAudit::still_same_process(const Condition& c) {
   return now && now->start_time == c.start_time;
 }
 
-void UsageAudit::act(Violation& v, std::set<int32_t>& killed) {
+void UsageAudit::act(Violation& v, uint64_t start_time, std::set<int32_t>& killed) {
   if (config_.action != AuditAction::kKill || v.pid <= 1 || v.pid == config_.self_pid) {
     v.action = "logged";
     return;
@@ -244,7 +248,7 @@ void UsageAudit::act(Violation& v, std::set<int32_t>& killed) {
     v.action = "killed";
     return;
   }
-  const bool ok = port_.kill(v.pid);
+  const bool ok = port_.kill(v.pid, start_time);
   v.action = ok ? "killed" : "kill failed";
   if (ok) killed.insert(v.pid);
 }
@@ -289,7 +293,7 @@ std::vector<Violation> UsageAudit::tick(const std::vector<AuditGpu>& gpus,
         facts_.erase(condition.violation.pid);
         continue;
       }
-      act(condition.violation, killed);
+      act(condition.violation, condition.start_time, killed);
       started.push_back(condition.violation);
       next.insert(key);
     }

@@ -12,9 +12,12 @@
 //   unregistered  a process holding device memory, registered in no tenant, attributed
 //                 to one: an ancestor (ppid chain, <= 64 levels, matched by pid AND start
 //                 time) is a registered process of that tenant (a bypassing child of a
-//                 shim process, or of `fracgpu run`, which registers itself), or its
-//                 cgroup equals the cgroup of registered processes of exactly one tenant
-//                 and differs from the broker's own cgroup and from "0::/".
+//                 shim process, or of `fracgpu run`, which registers itself and is the
+//                 child subreaper of its command, so an orphaned, setsid, double-forked
+//                 grandchild is still its descendant), or its cgroup identity
+//                 (cgroup_identity.h: the v2 path, else a v1 memory/pids/name=systemd
+//                 path) equals that of registered processes of exactly one tenant, is not
+//                 the root of every hierarchy, and differs from the broker's own.
 //   books         a registered process holding more than its slot books + one context
 //                 footprint + tolerance (it reached the driver around the shim).
 // Processes attributed to no tenant are not fracgpu's business: never reported, never
@@ -25,8 +28,9 @@
 // counts again. A GPU whose sample failed keeps its episodes as they were.
 // Action kill: SIGKILL through the port for a new episode's process — over_cap's chosen
 // offender (its largest unregistered process, else the registered one furthest above
-// its books, else its largest) — after re-checking its start time (a recycled pid is
-// never killed). Never the broker, never pid 1, never a process attributed to no tenant.
+// its books, else its largest) — by pid AND start time: the port pins the process with a
+// pidfd and signals through it (common/pidfd_signal.h), so a recycled pid is never
+// killed. Never the broker, never pid 1, never a process attributed to no tenant.
 //
 // Cost per tick: a map lookup per sampled process (attribution facts are cached per pid
 // and start time; /proc is read only for processes not seen before, and to re-check the
@@ -106,6 +110,7 @@ struct AuditOptions {
   int interval_ms = 500;  // 0: no NVML audit
   AuditAction action = AuditAction::kLog;
   uint64_t tolerance = 64ull << 20;
+  bool cgroups = true;  // --audit-cgroups off: every process reads as "0::/" (ancestry only)
   bool fracgpu_only = false;  // --fracgpu-only: memory outside every tenant is a violation
 };
 
@@ -154,7 +159,7 @@ class UsageAudit {
                     const std::map<std::string, std::set<std::size_t>>& by_cgroup,
                     std::map<EpisodeKey, Condition>& out);
   bool still_same_process(const Condition& c);
-  void act(Violation& v, std::set<int32_t>& killed);
+  void act(Violation& v, uint64_t start_time, std::set<int32_t>& killed);
 
   AuditConfig config_;
   ProcessPort& port_;

@@ -3,21 +3,26 @@
 //   R/admin.sock              the admin socket (root, or the broker's uid)
 //   R/tenants/                0711: no listing, so a host user cannot enumerate tenants
 //   R/tenants/<name>/         a tenant WITH owners (uids; `fracgpu run`, `tenant create
-//                             --owner`): dir 0711, quota 0644, broker.sock owned by its one
-//                             owner 0600, or 0666 guarded by the broker's uid check
+//                             --owner`): dir 0711, quota 0600 (the broker passes it to each
+//                             registered process as a read-only descriptor: no other user
+//                             can read it by guessing the name), broker.sock owned by its
+//                             one owner 0600, or 0666 guarded by the broker's uid check
 //   R/pods/                   0700: tenants WITHOUT owners (Kubernetes). No host user may
 //                             traverse it; a pod reaches its own directory only through the
 //                             device plugin's read-only bind mount at kRunDir
-//   R/pods/<name>/            as R/tenants/<name>/, the socket 0666
+//   R/pods/<name>/            as R/tenants/<name>/, the quota 0644 (read by path through
+//                             the pod's read-only mount), the socket 0666
 //   R/ledgers/                0700
 //   R/ledgers/<name>          0600: the tenant's ledger. Never reachable by path from a
 //                             tenant: the broker passes each registered process a descriptor
 //                             (protocol.h, "register")
 //   R/mps/pipe, R/mps/log     0755: with --mps, the MPS control daemon's pipe and log
 //                             directories (CUDA_MPS_PIPE_DIRECTORY / _LOG_DIRECTORY)
-// Everything is owned by the broker's uid (root on a node) except a one-owner socket. The
-// quota sits beside the socket because the shim opens it by path, read-only, through the
-// mount the tenant sees (read-only in a pod), never through a descriptor of the broker's.
+// Everything is owned by the broker's uid (root on a node) except a one-owner socket. A
+// pod's quota sits beside the socket because the shim opens it by path, read-only, through
+// the mount the pod sees (read-only), never through a descriptor of the broker's (its
+// /proc/self/fd link would reopen the file through the broker's read-write mount). On a
+// host there is no such mount; there the descriptor is what keeps the file private.
 // A container sees its own tenant's directory at kRunDir (the device plugin mounts it
 // there), so a tenant process finds its socket at kDefaultTenantSocket: FRACGPU_SOCKET's
 // default.
@@ -48,7 +53,8 @@ inline constexpr unsigned kTenantsDirMode = 0711;
 inline constexpr unsigned kPodsDirMode = 0700;
 inline constexpr unsigned kLedgersDirMode = 0700;
 inline constexpr unsigned kTenantDirMode = 0711;
-inline constexpr unsigned kQuotaMode = 0644;
+inline constexpr unsigned kQuotaMode = 0644;       // a tenant without owners (pods/)
+inline constexpr unsigned kOwnedQuotaMode = 0600;  // a tenant with owners (tenants/)
 inline constexpr unsigned kLedgerMode = 0600;
 inline constexpr unsigned kAdminSocketMode = 0600;
 inline constexpr unsigned kOwnerSocketMode = 0600;   // a tenant with exactly one owner

@@ -8,12 +8,16 @@
 // Identity is the socket; the process is SO_PEERCRED's pid — nothing the peer claims. At
 // accept the broker admits only root, its own uid and the tenant's owners (any uid for a
 // tenant without owners, whose socket only its pod can reach); others get one error reply
-// naming their uid and the tenant, and are disconnected.
+// naming their uid and the tenant (never the owners' uids), and are disconnected.
 //   {"op":"register","protocol":2}
 //     -> {"ok":true,"protocol":2,"tenant":"a","slot":12,"quota":"quota","ledger_fd":true}
 //        with the tenant's ledger as a read-write descriptor (SCM_RIGHTS, with the reply's
 //        first byte): the ledger has no path a tenant can reach. "quota" is a file name
-//        relative to the socket's directory, opened read-only by path. The broker filled
+//        relative to the socket's directory, opened read-only by path — in a pod, through
+//        its read-only mount. A tenant WITH owners (a host tenant, whose quota file is 0600:
+//        paths.h) adds "quota_fd":true and passes the quota as a second, READ-ONLY
+//        descriptor in the same SCM_RIGHTS message, which the shim maps instead (older
+//        shims close it and fail to open the file by path: they fail closed). The broker filled
 //        the slot's pid/start_time/state before replying; the connection stays open for
 //        the life of the process — its hang-up or pidfd tells the broker the process is
 //        gone. A protocol-1 register (ledger by path) is refused with a sentence.
@@ -40,7 +44,8 @@
 //        sentence. Older brokers ignore both fields (nothing is re-charged).
 //   {"op":"view","protocol":2}
 //     -> {"ok":true,"protocol":2,"tenant":"a","quota":"quota","ledger_fd":true} with a
-//        READ-ONLY ledger descriptor, and no slot: for processes that only report usage
+//        READ-ONLY ledger descriptor (and "quota_fd":true with the quota's, as for
+//        "register"), and no slot: for processes that only report usage
 //        (nvidia-smi's NVML queries); the shim then closes the connection
 //   {"op":"burst","device":0,"bytes":1048576}   device = index into TenantQuota.devices
 //     -> {"ok":true,"grant":N}  grant raised so that used+bytes fits, or

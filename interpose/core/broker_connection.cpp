@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -22,6 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kRefusalGraceMs = 200;
+constexpr int kRetryPauseMs = 50;
 
 int remaining_ms(Clock::time_point deadline) {
   auto left =
@@ -48,7 +50,10 @@ bool BrokerConnection::connect(const std::string& socket_path, int timeout_ms, s
   }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  const auto missing_deadline =
+      start + std::chrono::milliseconds(std::min(timeout_ms, kMissingSocketGraceMs));
   for (;;) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -61,10 +66,19 @@ bool BrokerConnection::connect(const std::string& socket_path, int timeout_ms, s
       buffered_.clear();
       return true;
     }
-    *error = describe_errno(("connect " + socket_path).c_str());
+    const int err = errno;
     ::close(fd);
-    if (remaining_ms(deadline) == 0) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // No such path at all: a broker restarting re-creates its socket within moments, so
+    // only that long is worth waiting; a typo or a missing broker fails at once after it.
+    const bool missing = err == ENOENT || err == ENOTDIR;
+    if (missing) {
+      *error = "no socket at " + socket_path + " (" + std::strerror(err) + ")";
+    } else {
+      *error = "connect " + socket_path + ": " + std::strerror(err);
+    }
+    const int left = remaining_ms(missing ? missing_deadline : deadline);
+    if (left == 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(left, kRetryPauseMs)));
   }
 }
 
@@ -104,25 +118,29 @@ std::optional<uid_t> BrokerConnection::server_uid() const {
 }
 
 std::optional<std::string> BrokerConnection::request(const std::string& line, int timeout_ms,
-                                                     std::string* error, int* received_fd) {
+                                                     std::string* error, int* received_fd,
+                                                     int* second_fd) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (received_fd != nullptr) *received_fd = -1;
+  if (second_fd != nullptr) *second_fd = -1;
   if (fd_ < 0) {
     *error = "not connected to the broker";
     return std::nullopt;
   }
   std::optional<std::string> reply;
   if (send_all(line + "\n", timeout_ms, error)) {
-    reply = read_line(timeout_ms, error, received_fd);
+    reply = read_line(timeout_ms, error, received_fd, second_fd);
   } else {
     // A broker that refuses a peer at accept writes its sentence and hangs up, and our send
     // may meet the hang-up first (EPIPE): that sentence, not "Broken pipe", is the answer.
     std::string unused;
-    reply = read_line(kRefusalGraceMs, &unused, received_fd);
+    reply = read_line(kRefusalGraceMs, &unused, received_fd, second_fd);
   }
   if (!reply) {  // a broken exchange leaves the stream unusable: start over next time
-    if (received_fd != nullptr && *received_fd >= 0) ::close(*received_fd);
-    if (received_fd != nullptr) *received_fd = -1;
+    for (int* fd : {received_fd, second_fd}) {
+      if (fd != nullptr && *fd >= 0) ::close(*fd);
+      if (fd != nullptr) *fd = -1;
+    }
     ::close(fd_);
     fd_ = -1;
     buffered_.clear();
@@ -152,14 +170,15 @@ bool BrokerConnection::send_all(const std::string& data, int timeout_ms, std::st
   return true;
 }
 
-// One recvmsg(2): data into `chunk`, and a passed descriptor (if any) into *received_fd,
-// or closed when the caller did not ask for one or already has one.
-ssize_t BrokerConnection::receive_chunk(char* chunk, std::size_t size, int* received_fd) {
-  return descriptor_passing::receive_with(fd_, chunk, size, received_fd, MSG_DONTWAIT);
+// One recvmsg(2): data into `chunk`, and passed descriptors (if any) into *received_fd and
+// *second_fd, or closed when the caller did not ask for them or already has them.
+ssize_t BrokerConnection::receive_chunk(char* chunk, std::size_t size, int* received_fd,
+                                        int* second_fd) {
+  return descriptor_passing::receive_with(fd_, chunk, size, received_fd, MSG_DONTWAIT, second_fd);
 }
 
 std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::string* error,
-                                                       int* received_fd) {
+                                                       int* received_fd, int* second_fd) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     std::size_t newline = buffered_.find('\n');
@@ -179,7 +198,7 @@ std::optional<std::string> BrokerConnection::read_line(int timeout_ms, std::stri
       return std::nullopt;
     }
     char chunk[4096];
-    ssize_t n = receive_chunk(chunk, sizeof(chunk), received_fd);
+    ssize_t n = receive_chunk(chunk, sizeof(chunk), received_fd, second_fd);
     if (n == 0) {
       *error = "broker closed the connection";
       return std::nullopt;

@@ -20,8 +20,13 @@ class BrokerConnection {
   BrokerConnection(const BrokerConnection&) = delete;
   BrokerConnection& operator=(const BrokerConnection&) = delete;
 
-  // Connects to the Unix socket, retrying until `timeout_ms` passes.
+  // Connects to the Unix socket, retrying until `timeout_ms` passes (a broker that is
+  // restarting refuses for a while). A path that does not exist at all is retried only
+  // for kMissingSocketGraceMs (the moment a restarting broker takes to bind again), so a
+  // process pointed at a missing socket fails closed within a second, the error naming
+  // the path (issue 27, row 7).
   bool connect(const std::string& socket_path, int timeout_ms, std::string* error);
+  static constexpr int kMissingSocketGraceMs = 500;
   // For tests: take an already connected descriptor.
   void adopt(int fd);
   bool connected() const;
@@ -32,17 +37,19 @@ class BrokerConnection {
 
   // One request line out, one reply line back (without the newline). A descriptor the
   // broker passed with the reply (SCM_RIGHTS) lands in *received_fd (close-on-exec; -1
-  // when none came); without received_fd, any passed descriptor is closed.
+  // when none came), a second one in *second_fd (a host tenant's quota); without them,
+  // any passed descriptor is closed.
   std::optional<std::string> request(const std::string& line, int timeout_ms, std::string* error,
-                                     int* received_fd = nullptr);
+                                     int* received_fd = nullptr, int* second_fd = nullptr);
 
   // The uid of the process serving the socket (SO_PEERCRED), while connected.
   std::optional<uid_t> server_uid() const;
 
  private:
   bool send_all(const std::string& data, int timeout_ms, std::string* error);
-  std::optional<std::string> read_line(int timeout_ms, std::string* error, int* received_fd);
-  ssize_t receive_chunk(char* chunk, std::size_t size, int* received_fd);
+  std::optional<std::string> read_line(int timeout_ms, std::string* error, int* received_fd,
+                                       int* second_fd);
+  ssize_t receive_chunk(char* chunk, std::size_t size, int* received_fd, int* second_fd);
 
   mutable std::mutex mutex_;
   int fd_ = -1;

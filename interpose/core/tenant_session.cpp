@@ -57,6 +57,7 @@ constexpr const char* kRegisterRequest = R"({"op":"register","protocol":2})";
 struct TenantSession::Reply {
   std::string text;
   int fd = -1;
+  int quota_fd = -1;  // a host tenant's quota, read-only ("quota_fd":true)
   uint32_t slot = 0;
   std::string tenant, quota;
   Reply() = default;
@@ -64,6 +65,7 @@ struct TenantSession::Reply {
   Reply& operator=(const Reply&) = delete;
   ~Reply() {
     if (fd >= 0) ::close(fd);
+    if (quota_fd >= 0) ::close(quota_fd);
   }
 };
 
@@ -84,7 +86,7 @@ bool TenantSession::attach(const std::string& socket_path, int timeout_ms, std::
 
 bool TenantSession::exchange(const std::string& line, int timeout_ms, Reply* reply,
                              std::string* error) {
-  auto text = connection_.request(line, timeout_ms, error, &reply->fd);
+  auto text = connection_.request(line, timeout_ms, error, &reply->fd, &reply->quota_fd);
   if (!text) return false;
   reply->text = *text;
   if (wire::bool_field(*text, "ok") != true) {
@@ -103,6 +105,10 @@ bool TenantSession::exchange(const std::string& line, int timeout_ms, Reply* rep
     *error = "the broker's registration reply came without the ledger descriptor: " + *text;
     return false;
   }
+  if (wire::bool_field(*text, "quota_fd") == true && reply->quota_fd < 0) {
+    *error = "the broker's registration reply came without the quota descriptor: " + *text;
+    return false;
+  }
   reply->slot = static_cast<uint32_t>(*slot);
   reply->tenant = *tenant;
   reply->quota = *quota;
@@ -116,7 +122,7 @@ bool TenantSession::register_first(int timeout_ms, std::string* error) {
   tenant_ = reply.tenant;
   slot_.store(reply.slot, std::memory_order_relaxed);
   read_mps_fields(reply.text, &mps_);
-  if (!map_files(reply.quota, reply.fd, error)) return false;
+  if (!map_files(reply.quota, reply.fd, reply.quota_fd, error)) return false;
   // Read after the mapping (nothing was mapped before): a rebuild between the broker's
   // reply and this load would need a broker restart within it; the slot check covers it.
   membership_ = membership_of(*ledger_map_, reply.slot,
@@ -206,8 +212,13 @@ bool TenantSession::same_ledger(int ledger_fd) const {
          static_cast<uint64_t>(st.st_ino) == ledger_ino_;
 }
 
-bool TenantSession::map_files(const std::string& quota_name, int ledger_fd, std::string* error) {
-  void* quota = map_segment_file(directory_ + "/" + quota_name, false, &quota_size_, error);
+// A pod's quota by path, through its read-only mount; a host tenant's (0600) from the
+// read-only descriptor the broker passed (paths.h).
+bool TenantSession::map_files(const std::string& quota_name, int ledger_fd, int quota_fd,
+                              std::string* error) {
+  void* quota = quota_fd >= 0
+                    ? map_segment_fd(quota_fd, false, &quota_size_, error)
+                    : map_segment_file(directory_ + "/" + quota_name, false, &quota_size_, error);
   if (quota == nullptr) return false;
   quota_ = static_cast<const TenantQuota*>(quota);
   std::string why;

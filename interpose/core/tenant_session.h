@@ -1,6 +1,7 @@
 // TenantSession: this process's membership of a tenant. attach() registers with the
 // broker over the tenant socket (which is what identifies the tenant), then maps the
-// tenant's quota read-only by path and its ledger read-write from the descriptor the
+// tenant's quota read-only (by path in a pod; on a host from the read-only descriptor the
+// broker passes, the file being 0600) and its ledger read-write from the descriptor the
 // broker passed with the reply (protocol 2: the ledger has no path a tenant can reach).
 // From then on allocations are counted in shared memory; the broker is only asked for
 // burst memory beyond the grant. If the broker goes away, the mapped counters keep
@@ -89,7 +90,7 @@ class TenantSession : public TenantLink {
   bool rejoin(const char* why, std::string* error);
   bool exchange(const std::string& line, int timeout_ms, Reply* reply, std::string* error);
   std::string rejoin_request() const;
-  bool map_files(const std::string& quota_name, int ledger_fd, std::string* error);
+  bool map_files(const std::string& quota_name, int ledger_fd, int quota_fd, std::string* error);
   // Maps the file open on `ledger_fd` over the current ledger mapping (same address).
   bool remap_ledger(int ledger_fd, std::string* error);
   // A re-registration's descriptor must be the file this process already counts in.

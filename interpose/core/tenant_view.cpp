@@ -19,18 +19,20 @@ namespace {
 
 constexpr int kViewTimeoutMs = 1000;
 
-// The broker's read-only descriptor of the tenant's ledger, or -1.
-int ledger_view_fd(const std::string& socket_path) {
+// The broker's read-only descriptors of the tenant's ledger and (a host tenant's, whose
+// file is 0600) quota; false when there is no answer.
+bool view_fds(const std::string& socket_path, int* ledger_fd, int* quota_fd) {
   BrokerConnection connection;
   std::string error;
-  if (!connection.connect(socket_path, 0, &error)) return -1;  // one attempt: no tenant here
-  int fd = -1;
-  auto reply = connection.request(R"({"op":"view","protocol":2})", kViewTimeoutMs, &error, &fd);
-  if (!reply || wire::bool_field(*reply, "ok") != true) {
-    if (fd >= 0) ::close(fd);
-    return -1;
+  if (!connection.connect(socket_path, 0, &error)) return false;  // one attempt: no tenant here
+  auto reply = connection.request(R"({"op":"view","protocol":2})", kViewTimeoutMs, &error,
+                                  ledger_fd, quota_fd);
+  if (reply && wire::bool_field(*reply, "ok") == true && *ledger_fd >= 0) return true;
+  for (int* fd : {ledger_fd, quota_fd}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
   }
-  return fd;
+  return false;
 }
 
 }  // namespace
@@ -38,12 +40,16 @@ int ledger_view_fd(const std::string& socket_path) {
 TenantView* TenantView::open(const std::string& socket_path) {
   const std::string dir = directory_of(socket_path);
   std::size_t quota_size = 0, ledger_size = 0;
+  int ledger_fd = -1, quota_fd = -1;
+  view_fds(socket_path, &ledger_fd, &quota_fd);
   const auto* quota = static_cast<const TenantQuota*>(
-      map_segment_file(dir + "/" + protocol::kQuotaFileName, false, &quota_size));
-  const int ledger_fd = quota == nullptr ? -1 : ledger_view_fd(socket_path);
+      ledger_fd < 0   ? nullptr
+      : quota_fd >= 0 ? map_segment_fd(quota_fd, false, &quota_size)
+                      : map_segment_file(dir + "/" + protocol::kQuotaFileName, false, &quota_size));
   const auto* ledger = static_cast<const TenantLedger*>(
       ledger_fd < 0 ? nullptr : map_segment_fd(ledger_fd, false, &ledger_size));
   if (ledger_fd >= 0) ::close(ledger_fd);
+  if (quota_fd >= 0) ::close(quota_fd);
   if (quota == nullptr || ledger == nullptr || !quota_layout_ok(*quota, quota_size) ||
       !ledger_layout_ok(*ledger, ledger_size)) {
     if (quota != nullptr) ::munmap(const_cast<TenantQuota*>(quota), quota_size);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,13 @@
 
 namespace fracgpu::test {
 namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 using CliTest = CliFixture;
 
@@ -45,6 +53,45 @@ TEST_F(CliTest, BadInputIsOneLineAndStartsNothing) {
   expect_usage_error({"bogus"}, "bogus");
   expect_usage_error({}, "subcommand");
   EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
+// Issue 27: `fracgpu --version` and `fracgpu version` print the version and the commit of
+// the checkout the binary was built from (cmake/BuildInfo.cmake, at build time).
+TEST_F(CliTest, VersionPrintsTheVersionAndTheGitCommit) {
+  const ProcessResult head = run_process(
+      {"/bin/sh", "-c", "git -C '" FRACGPU_TEST_SOURCE_DIR "' rev-parse --short=12 HEAD"}, {});
+  std::string commit = head.status == 0 ? head.out.substr(0, head.out.find('\n')) : "unknown";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--version"}, std::vector<std::string>{"version"}}) {
+    const ProcessResult r = fracgpu(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    const std::string prefix = "fracgpu " FRACGPU_TEST_VERSION " (commit " + commit;
+    EXPECT_EQ(r.out.rfind(prefix, 0), 0u) << "wanted " << prefix << "... in: " << r.out;
+    EXPECT_TRUE(r.out == prefix + ")\n" || r.out == prefix + "-dirty)\n") << r.out;
+  }
+}
+
+// Where the sources are not a git checkout, the commit is "unknown" (or what the packager
+// passes with -DFRACGPU_GIT_COMMIT).
+TEST_F(CliTest, BuildInfoOutsideGitSaysUnknownOrWhatItIsGiven) {
+  const std::string tree = (scratch.path() / "tarball").string();
+  std::filesystem::create_directories(tree);
+  const std::string out = (scratch.path() / "build_info.cpp").string();
+  const std::string script = FRACGPU_TEST_SOURCE_DIR "/cmake/BuildInfo.cmake";
+  ProcessResult r = run_process({FRACGPU_TEST_CMAKE, "-DSOURCE_DIR=" + tree, "-DOUTPUT=" + out,
+                                 "-DVERSION=9.8.7", "-P", script},
+                                {});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string text = read_text(out);
+  EXPECT_NE(text.find("version() { return \"9.8.7\"; }"), std::string::npos) << text;
+  EXPECT_NE(text.find("commit() { return \"unknown\"; }"), std::string::npos) << text;
+  r = run_process({FRACGPU_TEST_CMAKE, "-DSOURCE_DIR=" + tree, "-DOUTPUT=" + out, "-DVERSION=9.8.7",
+                   "-DGIT_COMMIT=0123abcd", "-P", script},
+                  {});
+  ASSERT_EQ(r.status, 0) << r.err;
+  text = read_text(out);
+  EXPECT_NE(text.find("commit() { return \"0123abcd\"; }"), std::string::npos) << text;
 }
 
 TEST_F(CliTest, NodeBrokerRunsCommandAndCleansUp) {

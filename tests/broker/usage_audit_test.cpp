@@ -23,9 +23,15 @@ class FakeProcesses : public ProcessPort {
     if (it == table.end()) return std::nullopt;
     return it->second;
   }
-  bool kill(int32_t pid) override {
+  // The real port pins the process with a pidfd and signals only the one started at
+  // `start_time` (common/pidfd_signal.h, tested in pidfd_signal_test.cpp); this one
+  // records what it was asked.
+  bool kill(int32_t pid, uint64_t start_time) override {
+    auto it = table.find(pid);
+    if (it == table.end() || it->second.start_time != start_time) return false;
     killed.push_back(pid);
-    table.erase(pid);
+    killed_starts.push_back(start_time);
+    table.erase(it);
     return true;
   }
   void add(int32_t pid, int32_t ppid, std::string cgroup = "0::/user.slice/session-1.scope") {
@@ -35,6 +41,7 @@ class FakeProcesses : public ProcessPort {
 
   std::map<int32_t, ProcessFacts> table;
   std::vector<int32_t> killed;
+  std::vector<uint64_t> killed_starts;
   int describes = 0;
 };
 
@@ -172,6 +179,43 @@ TEST_F(UsageAuditTest, ASharedCgroupOrTheBrokersOwnAttributesNothing) {
       audit.tick(gpus, {tenant("a", kGiB, {{100, 0}})}, {sample({{300, 8 * kGiB}})}).empty());
 }
 
+// cgroup v1 (issue 27, row 5): a container is one path in each hierarchy; the "0::/" line
+// beside them says nothing. The memory hierarchy's path identifies the container.
+TEST_F(UsageAuditTest, OnACgroupV1NodeTheContainersMemoryCgroupAttributes) {
+  const std::string container =
+      "12:pids:/kubepods/burstable/pod-a/c1\n4:memory:/kubepods/burstable/pod-a/c1\n"
+      "3:cpuset:/\n1:name=systemd:/kubepods/burstable/pod-a/c1\n0::/";
+  processes.add(kBroker, 1,
+                "4:memory:/system.slice/fracgpu.service\n1:name=systemd:/system.slice/"
+                "fracgpu.service\n0::/");
+  processes.add(100, 1, container);
+  processes.add(300, 1, container);  // exec'd into the container: no ancestry
+  // Another container's process and a host process at the root of every hierarchy.
+  processes.add(301, 1, "4:memory:/kubepods/burstable/pod-b/c1\n0::/");
+  processes.add(302, 1, "4:memory:/\n1:name=systemd:/\n0::/");
+  UsageAudit audit = make(AuditAction::kKill);
+  const std::vector<AuditTenant> one{tenant("a", kGiB, {{100, 0}})};
+  auto found =
+      audit.tick(gpus, one, {sample({{300, 512 * kMiB}, {301, 8 * kGiB}, {302, 8 * kGiB}})});
+  ASSERT_EQ(kinds(found), (std::vector{ViolationKind::kUnregistered}));
+  EXPECT_EQ(found[0].pid, 300);
+  EXPECT_EQ(processes.killed, std::vector<int32_t>{300});
+}
+
+// A v1 host whose processes all sit at the root of every hierarchy: their cgroup files are
+// equal, and say nothing. Read as one string (d28724a), a registered process's file matched
+// every host process's, and the kill action stopped a stranger's job.
+TEST_F(UsageAuditTest, RootCgroupsOfAV1HostAttributeNothing) {
+  const std::string root = "9:name=systemd:/\n8:pids:/\n4:memory:/\n1:cpu:/\n0::/";
+  processes.add(kBroker, 1, "4:memory:/system.slice/fracgpu.service\n0::/");
+  processes.add(100, 1, root);
+  processes.add(400, 1, root);  // a host job without the shim, not a descendant
+  UsageAudit audit = make(AuditAction::kKill);
+  EXPECT_TRUE(
+      audit.tick(gpus, {tenant("a", kGiB, {{100, 0}})}, {sample({{400, 8 * kGiB}})}).empty());
+  EXPECT_TRUE(processes.killed.empty());
+}
+
 TEST_F(UsageAuditTest, AProcessAttributedToNoTenantIsNeitherReportedNorKilled) {
   UsageAudit audit = make(AuditAction::kKill);
   processes.add(100, 1);
@@ -191,6 +235,7 @@ TEST_F(UsageAuditTest, KillStopsTheOffenderOnceThroughThePort) {
   ASSERT_EQ(found.size(), 2u);
   for (const Violation& v : found) EXPECT_EQ(v.action, "killed");
   EXPECT_EQ(processes.killed, std::vector<int32_t>{200});
+  EXPECT_EQ(processes.killed_starts, std::vector<uint64_t>{1200}) << "by pid AND start time";
   // Gone from the next sample: the episodes end, nothing new.
   EXPECT_TRUE(audit.tick(gpus, tenants, {sample({})}).empty());
   EXPECT_EQ(audit.open_episodes(), 0u);

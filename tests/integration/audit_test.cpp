@@ -17,11 +17,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -653,5 +656,183 @@ TEST_F(AuditTest, ABypassInItsOwnPidNamespaceIsCaughtUnderItsHostPid) {
   EXPECT_TRUE(named) << "pid " << child << ": " << v.dump();
 }
 
+// ---- No descendant escapes the audit (issue 27, row 5) ----------------------------------
+// `fracgpu run --tenant t -- sh -c 'setsid sh -c "(cmd &)&"'`, where cmd drops LD_PRELOAD
+// and holds 3 GiB in the 1 GiB tenant: the shells exit at once, so cmd is an orphan in a
+// session of its own. At d28724a it was reparented to init, attributed to nobody (its
+// cgroup, like everyone's on such a host, said nothing), and outlived the run.
+
+// The parent pid field of /proc/<pid>/stat (0 when gone).
+pid_t parent_of(pid_t pid) {
+  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 4 >= stat.size()) return 0;
+  return static_cast<pid_t>(std::strtol(stat.c_str() + close + 4, nullptr, 10));
+}
+
+class EscapeTest : public AuditTest {
+ protected:
+  // A host tenant owned by this (root) test, which `fracgpu run --tenant t` joins.
+  void create_tenant_t(const std::string& memory) {
+    ProcessResult r = cli({"tenant", "create", "t", "--memory", memory, "--gpu", "0", "--owner",
+                           std::to_string(::geteuid())});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  // The escaping command: a setsid double fork whose grandchild drops the preload,
+  // ignores SIGTERM when `deaf`, and holds `bytes`; its JSON goes to `out`. With `wait`,
+  // the command itself stays until the grandchild holds, then exits (else it sleeps 30 s).
+  std::string escape_script(uint64_t bytes, const std::string& out, bool deaf, bool wait) const {
+    const std::string cmd = std::string(deaf ? "trap \\\"\\\" TERM; " : "") +
+                            "exec env -u LD_PRELOAD " FRACGPU_BYPASS_CLIENT
+                            " --driver " FRACGPU_FAKECUDA_DIR "/libcuda.so.1 --bytes " +
+                            std::to_string(bytes) + " --hold-ms 60000 > " + out;
+    std::string script = "setsid sh -c \"(sh -c '" + cmd + "' &) &\"; ";
+    script += wait ? "while ! grep -q holding " + out + " 2>/dev/null; do sleep 0.02; done"
+                   : std::string("sleep 30");
+    return script;
+  }
+  // `fracgpu run [extra] --tenant t -- sh -c SCRIPT` in the background.
+  BackgroundProcess& run_escape(const std::string& script, std::vector<std::string> extra = {}) {
+    Environment env = base_env_;
+    env["FRACGPU_RUN_DIR"] = run_dir();
+    env["FRACGPU_SHIM"] = FRACGPU_SHIM_PATH;
+    env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+    env["FRACGPU_LOG_LEVEL"] = "info";
+    std::vector<std::string> argv{FRACGPU_CLI, "run"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {"--tenant", "t", "--", "sh", "-c", script});
+    background_.push_back(std::make_unique<BackgroundProcess>(argv, env, dir_.path() + "/escape"));
+    return *background_.back();
+  }
+  // The grandchild's pid once it holds its memory (0 if it never did), and when.
+  std::pair<pid_t, Clock::time_point> wait_holding(const std::string& out) {
+    json holding;
+    const auto limit = Clock::now() + std::chrono::seconds(15);
+    while (Clock::now() < limit && (holding = line_with(read_text(out), "holding")).is_null())
+      std::this_thread::sleep_for(milliseconds(5));
+    const pid_t pid = holding.is_object() ? holding.value("pid", 0) : 0;
+    if (pid > 0) strays_.push_back(pid);
+    return {pid, Clock::now()};
+  }
+};
+
+// Host-style: --audit-cgroups off makes every process's cgroup read "0::/" (the broker's
+// cgroup reader, fed), and the run has no cgroup of its own (--cgroup off): only the
+// subreaper's ancestry can attribute the grandchild.
+TEST_F(EscapeTest, ASetsidDoubleForkedGrandchildIsAttributedThroughTheSubreaperAndKilled) {
+  start_broker({"--nvml", FRACGPU_FAKENVML_DIR "/libnvidia-ml.so.1", "--audit-interval", "500",
+                "--audit-action", "kill", "--audit-cgroups", "off"});
+  create_tenant_t("1GiB");
+  const std::string out = dir_.path() + "/grandchild.json";
+  BackgroundProcess& run =
+      run_escape(escape_script(3 * kGiB, out, false, false), {"--cgroup", "off"});
+  const auto [grandchild, seen] = wait_holding(out);
+  ASSERT_GT(grandchild, 0) << run.out() << run.err() << read_text(out);
+  EXPECT_EQ(parent_of(grandchild), run.pid()) << "reparented to fracgpu run, its subreaper";
+  while (!process_gone(grandchild) && Clock::now() - seen < milliseconds(3000))
+    std::this_thread::sleep_for(milliseconds(5));
+  const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - seen);
+  ASSERT_TRUE(process_gone(grandchild)) << "never killed: " << tenant("t").dump();
+  EXPECT_LE(elapsed.count(), 1000) << "killed " << elapsed.count() << " ms after it held 3 GiB";
+  std::printf("[ escape ] setsid grandchild holding 3 GiB in a 1 GiB tenant killed %lld ms later\n",
+              static_cast<long long>(elapsed.count()));
+  const json v = tenant("t")["violations"];
+  EXPECT_EQ(v["by_kind"]["unregistered"], 1) << v.dump();
+  EXPECT_EQ(v["by_kind"]["over_cap"], 1) << v.dump();
+  bool through_run = false;
+  for (const auto& r : v["recent"]) {
+    EXPECT_EQ(r["action"], "killed") << r.dump();
+    if (r["kind"] == "unregistered")
+      through_run = r["pid"] == grandchild &&
+                    r["detail"].get<std::string>().find(
+                        "ancestor pid " + std::to_string(run.pid())) != std::string::npos;
+  }
+  EXPECT_TRUE(through_run) << v.dump();
+  EXPECT_NE(run.err().find("attributed by ancestry only"), std::string::npos) << run.err();
+  EXPECT_NE(read_text(log_file()).find("attribution by ancestry only"), std::string::npos);
+  run.kill_now(SIGTERM);
+  EXPECT_GE(run.wait(std::chrono::seconds(10)), 0);
+}
+
+// The command exits while its escaped grandchild holds 3 GiB and ignores SIGTERM: the run
+// stops it (SIGTERM, then SIGKILL after --stop-grace) before it exits; nothing is left.
+TEST_F(EscapeTest, NothingTheCommandLeftBehindOutlivesTheRun) {
+  start_broker({});
+  create_tenant_t("4GiB");
+  const std::string out = dir_.path() + "/grandchild.json";
+  BackgroundProcess& run =
+      run_escape(escape_script(3 * kGiB, out, /*deaf=*/true, /*wait=*/true), {"--stop-grace", "1"});
+  const auto [grandchild, seen] = wait_holding(out);
+  ASSERT_GT(grandchild, 0) << run.out() << run.err() << read_text(out);
+  const int status = run.wait(std::chrono::seconds(10));
+  ASSERT_GE(status, 0) << "fracgpu run did not finish";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << run.err();
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - seen).count();
+  EXPECT_TRUE(process_gone(grandchild)) << "outlived the run: " << read_text(out);
+  EXPECT_GE(took, 900) << "the grace was given";
+  std::printf("[ escape ] the run ended %lld ms after its leftover held 3 GiB (grace 1 s)\n",
+              static_cast<long long>(took));
+  EXPECT_LE(took, 4000);
+  EXPECT_NE(run.err().find("the command left 1 process(es) running; stopped them (0 after "
+                           "SIGTERM, 1 with SIGKILL after the 1 s grace)"),
+            std::string::npos)
+      << run.err();
+}
+
+// Where the host allows it (root here, a cgroup2 hierarchy mounted) the run gets a cgroup
+// of its own: the command's processes are born in it, a process someone puts in it is
+// attributed to the tenant without any ancestry, and the cgroup is gone after the run.
+TEST_F(EscapeTest, TheRunsOwnCgroupAttributesWhatSitsInItAndIsRemovedAfterwards) {
+  start_audited_broker("log");
+  create_tenant_t("1GiB");
+  BackgroundProcess& run = run_escape("sleep 30");
+  std::string cgroup;
+  ASSERT_EQ(run.wait_until_ready(
+                [&] {
+                  const std::string err = run.err();
+                  const auto at = err.find("its own cgroup ");
+                  if (at == std::string::npos)
+                    return err.find("ancestry only") != std::string::npos;
+                  cgroup = err.substr(at + 15, err.find(',', at) - at - 15);
+                  return true;
+                },
+                std::chrono::seconds(10)),
+            "");
+  if (cgroup.empty()) {
+    run.kill_now(SIGTERM);
+    GTEST_SKIP() << "no cgroup of its own on this host: " << run.err();
+  }
+  EXPECT_NE(read_text("/proc/" + std::to_string(run.pid()) + "/cgroup")
+                .find("/fracgpu-run-" + std::to_string(run.pid())),
+            std::string::npos);
+  // A bypass started outside the run (a child of this test) and moved into its cgroup.
+  BackgroundProcess stranger(
+      {FRACGPU_BYPASS_CLIENT, "--driver", FRACGPU_FAKECUDA_DIR "/libcuda.so.1", "--bytes",
+       std::to_string(2 * kGiB), "--hold-ms", "60000"},
+      base_env_, dir_.path() + "/stranger");
+  {
+    std::ofstream procs(cgroup + "/cgroup.procs");
+    procs << stranger.pid() << "\n";
+  }
+  ASSERT_EQ(
+      stranger.wait_until_ready([&] { return !line_with(stranger.out(), "holding").is_null(); },
+                                std::chrono::seconds(15)),
+      "");
+  json v;
+  const auto limit = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < limit &&
+         (v = tenant("t").value("violations", json::object())).value("total", 0) < 2)
+    std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(v["by_kind"]["unregistered"], 1) << v.dump();
+  bool by_cgroup = false;
+  for (const auto& r : v["recent"])
+    by_cgroup = by_cgroup || (r["pid"] == stranger.pid() &&
+                              r["detail"].get<std::string>().find("cgroup") != std::string::npos);
+  EXPECT_TRUE(by_cgroup) << v.dump();
+  run.kill_now(SIGTERM);  // the command (sleep) gets it forwarded; the stranger is stopped
+  ASSERT_GE(run.wait(std::chrono::seconds(15)), 0);
+  EXPECT_FALSE(stranger.running()) << "what sat in the run's cgroup was stopped with it";
+  EXPECT_FALSE(std::filesystem::exists(cgroup)) << cgroup;
+}
 }  // namespace
 }  // namespace fracgpu::testing

@@ -4,6 +4,9 @@
 // program's results must be exactly the driver's.
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+
 #include "shim_fixture.h"
 
 namespace fracgpu::testing {
@@ -131,6 +134,29 @@ TEST_F(ShimBehaviour, NoDriverGivesAnErrorCodeAndOneLineNotACrash) {
   // With no driver at all, the calls that fail say so, not that the driver lacks them.
   EXPECT_EQ(r.err.find("is not provided by the CUDA driver"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("cuInit fails: CUDA is unavailable to this process"), std::string::npos)
+      << r.err;
+}
+
+// Issue 27, row 7: FRACGPU_SOCKET naming a socket that does not exist fails closed within a
+// second of the first CUDA call (d28724a retried silently for 10 s), one line naming it.
+TEST_F(ShimBehaviour, AMissingTenantSocketFailsClosedWithinASecondNamingIt) {
+  Environment env = shim_env();
+  env["FRACGPU_SOCKET"] = "/nonexistent-fracgpu/tenants/t/broker.sock";
+  const auto start = std::chrono::steady_clock::now();
+  ProcessResult r = run_process({FRACGPU_TEST_CLIENT, "--route", "direct"}, env);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("cuInit(0) failed"), std::string::npos) << r.out;
+  EXPECT_LT(took, 1000) << "the whole process, first CUDA call to its error included";
+  std::printf("[ missing socket ] the process failed closed and exited in %lld ms\n",
+              static_cast<long long>(took));
+  EXPECT_NE(r.err.find("cannot register with the fracgpu broker at "
+                       "/nonexistent-fracgpu/tenants/t/broker.sock (no socket at "
+                       "/nonexistent-fracgpu/tenants/t/broker.sock"),
+            std::string::npos)
       << r.err;
 }
 

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -120,6 +121,45 @@ std::string try_register(const std::string& socket_path) {
   return out;
 }
 
+// Registers and keeps what the reply passed: "quota_fd" when the reply says a quota
+// descriptor came and one did, then what that descriptor allows: reading it, mapping it
+// writable, and reopening it read-write (and read-only) through /proc/self/fd.
+std::string try_quota_descriptor(const std::string& socket_path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "connect: " + errno_name(errno);
+  }
+  const std::string request = "{\"op\":\"register\",\"protocol\":2}\n";
+  (void)!::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[4096];
+  int ledger = -1, quota = -1;
+  const ssize_t n =
+      fracgpu::descriptor_passing::receive_with(fd, buf, sizeof buf, &ledger, 0, &quota);
+  const std::string reply = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+  std::string out = reply.find("\"quota_fd\":true") != std::string::npos && quota >= 0
+                        ? "quota_fd"
+                        : "no quota_fd: " + reply;
+  if (quota >= 0) {
+    char magic[8];
+    out += std::string(" read:") + (::pread(quota, magic, sizeof magic, 0) == 8 ? "ok" : "no");
+    void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, quota, 0);
+    out += " mmap-rw:" + (p == MAP_FAILED ? errno_name(errno) : std::string("ok"));
+    if (p != MAP_FAILED) ::munmap(p, 4096);
+    const std::string link = "/proc/self/fd/" + std::to_string(quota);
+    out += " reopen-rw:" + try_open(link, O_RDWR) + " reopen-ro:" + try_open(link, O_RDONLY);
+    ::close(quota);
+  }
+  if (ledger >= 0) ::close(ledger);
+  ::close(fd);
+  return out;
+}
+
 class TrustFiles : public BrokerFixture {
  protected:
   void SetUp() override {
@@ -217,6 +257,44 @@ TEST_F(TrustFiles, AnotherUidReachesNoTenantsFilesAndNoLedgerAtAll) {
     EXPECT_EQ(st.st_mode & S_IWOTH, 0u) << entry.path();
     EXPECT_EQ(st.st_mode & S_IWGRP, 0u) << entry.path();
   }
+}
+
+// Issue 27, row 9: a host tenant's quota (its limits, request, shares) is no business of a
+// user who guesses its name. At d28724a it was 0644: anyone could read it. Now it is the
+// broker's, 0600; each registered process gets a read-only descriptor, which can be
+// neither mapped writable nor reopened for writing. A pod's quota stays 0644 under the
+// 0700 pods/ (its read-only mount is what the shim maps; docs/security.md).
+TEST_F(TrustFiles, AHostTenantsQuotaIsReadOnlyThroughItsRegistrationAndUnreadableByPath) {
+  for (const char* t : {"mine", "shared"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((owned_dir(t) + "/quota").c_str(), &st), 0) << t;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << t;
+    EXPECT_EQ(st.st_uid, 0u) << t;
+    for (const auto* user : {&*intruder_, &*owner_, &*second_owner_}) {
+      EXPECT_EQ(
+          as_user(user->run_as(), [&] { return try_open(owned_dir(t) + "/quota", O_RDONLY); }),
+          "EACCES")
+          << t << " as " << user->name();
+    }
+  }
+  struct stat pod {};
+  ASSERT_EQ(::stat((run_dir() + "/pods/pod/quota").c_str(), &pod), 0);
+  EXPECT_EQ(pod.st_mode & 0777, 0644u) << "a pod's quota is read by path (read-only mount)";
+
+  const std::string got =
+      as_user(owner_->run_as(), [&] { return try_quota_descriptor(owned_socket("mine")); });
+  EXPECT_EQ(got, "quota_fd read:ok mmap-rw:EACCES reopen-rw:EACCES reopen-ro:EACCES") << got;
+  const std::string shared = as_user(second_owner_->run_as(),
+                                     [&] { return try_quota_descriptor(owned_socket("shared")); });
+  EXPECT_EQ(shared.rfind("quota_fd read:ok mmap-rw:EACCES reopen-rw:EACCES", 0), 0u) << shared;
+  // The intruder gets no descriptor at all, and the refusal names no owner.
+  const std::string intruder =
+      as_user(intruder_->run_as(), [&] { return try_quota_descriptor(owned_socket("shared")); });
+  EXPECT_EQ(intruder.rfind("no quota_fd", 0), 0u) << intruder;
+  EXPECT_NE(intruder.find("is not an owner of tenant 'shared'"), std::string::npos) << intruder;
+  for (const auto* owner : {&*owner_, &*second_owner_})
+    EXPECT_EQ(intruder.find(std::to_string(owner->uid())), std::string::npos)
+        << "the refusal names an owner's uid: " << intruder;
 }
 
 // Registration: the kernel refuses a connect to a one-owner socket (0600, the owner's);
