@@ -70,6 +70,7 @@ set(FRACGPU_UNITY_SEPARATE
   fakecuda/src/api_graph.cpp
   fakecuda/src/api_memset.cpp
   fakecuda/src/mem_pool.cpp
+  fakecuda/tests/container_access_test.cpp
   fakecuda/tests/graph_memory_test.cpp
   fakecuda/tests/memory_test.cpp
   fakecuda/tests/process_test.cpp

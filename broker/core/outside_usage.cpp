@@ -5,25 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <ctime>
 
 #include "core/admission.h"
 #include "core/quantity_parser.h"
+#include "core/violation_log.h"
 
 namespace fracgpu::broker {
 namespace {
-
-std::string iso_time(std::chrono::system_clock::time_point t) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&seconds, &tm);
-  char text[40];
-  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return text;
-}
 
 // Saturating: figures come from NVML, whatever they are.
 uint64_t add(uint64_t a, uint64_t b) {

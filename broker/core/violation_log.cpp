@@ -8,7 +8,6 @@
 #include "core/quantity_parser.h"
 
 namespace fracgpu::broker {
-namespace {
 
 std::string iso_time(std::chrono::system_clock::time_point t) {
   const auto ms =
@@ -21,8 +20,6 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
   std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(ms % 1000));
   return text;
 }
-
-}  // namespace
 
 void ViolationLog::record(const Violation& v, std::chrono::system_clock::time_point when,
                           std::chrono::steady_clock::time_point now) {

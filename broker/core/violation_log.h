@@ -20,6 +20,10 @@
 
 namespace fracgpu::broker {
 
+// `t` as UTC ISO 8601 with milliseconds (2026-12-07T15:13:50.123Z): the time of a violation
+// in status, shared by every violation list (violation_log.cpp, outside_usage.cpp).
+std::string iso_time(std::chrono::system_clock::time_point t);
+
 class ViolationLog {
  public:
   static constexpr std::size_t kRecent = 8;
