@@ -84,10 +84,10 @@ TEST_F(CliTest, VersionPrintsTheVersionAndTheGitCommit) {
     }
     EXPECT_EQ(commit.size(), 12u) << commit;
     EXPECT_EQ(commit.find_first_not_of("0123456789abcdef"), std::string::npos) << commit;
-    const ProcessResult known = run_process(
-        {"/bin/sh", "-c",
-         "git -C '" FRACGPU_TEST_SOURCE_DIR "' cat-file -e '" + commit + "^{commit}'"},
-        {});
+    const ProcessResult known =
+        run_process({"/bin/sh", "-c",
+                     "git -C '" FRACGPU_TEST_SOURCE_DIR "' cat-file -e '" + commit + "^{commit}'"},
+                    {});
     EXPECT_EQ(known.status, 0) << commit << " is not a commit of " FRACGPU_TEST_SOURCE_DIR;
   }
 }
