@@ -211,7 +211,8 @@ TEST_F(Persistence, TenantsWithOwnersLiveUnderTenantsAndKeepTheirKind) {
   ASSERT_TRUE(t.ok()) << t.error();
   EXPECT_EQ((*t)->dir, config.run_dir / "tenants" / "mine");
   EXPECT_EQ(mode_of((*t)->dir), 0711u);
-  EXPECT_EQ(mode_of((*t)->dir / "quota"), 0644u);
+  // Issue 27, row 9: a host tenant's quota is private; its processes get a descriptor.
+  EXPECT_EQ(mode_of((*t)->dir / "quota"), 0600u);
   EXPECT_EQ(mode_of(config.run_dir / "ledgers" / "mine"), 0600u);
   EXPECT_FALSE(std::filesystem::exists(config.run_dir / "pods" / "mine"));
 
