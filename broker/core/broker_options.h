@@ -53,9 +53,9 @@ struct BrokerOptions {
   std::string nvml = "libnvidia-ml.so.1";  // --nvml PATH
   int audit_interval_ms = 500;             // 0 = no NVML audit (the books check stays on)
   bool fracgpu_only = false;         // --fracgpu-only: memory outside every tenant is a violation
-  std::string audit_action = "log";        // log | kill
-  std::string audit_tolerance = "64MiB";   // SIZE, the floor of the tolerance
-  std::string audit_cgroups = "on";        // on | off: attribution by cgroup too
+  std::string audit_action = "log";  // log | kill
+  std::string audit_tolerance = "64MiB";  // SIZE, the floor of the tolerance
+  std::string audit_cgroups = "on";       // on | off: attribution by cgroup too
   // Overcommit (docs/configuration.md, "Swap"): host memory for tenants' swapped memory,
   // and what happens to a borrower whose memory cannot move.
   std::string swap_host_budget = "auto";  // SIZE, or auto = half of the node's memory

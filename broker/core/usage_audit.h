@@ -110,7 +110,7 @@ struct AuditOptions {
   int interval_ms = 500;  // 0: no NVML audit
   AuditAction action = AuditAction::kLog;
   uint64_t tolerance = 64ull << 20;
-  bool cgroups = true;  // --audit-cgroups off: every process reads as "0::/" (ancestry only)
+  bool cgroups = true;        // --audit-cgroups off: every process reads as "0::/" (ancestry only)
   bool fracgpu_only = false;  // --fracgpu-only: memory outside every tenant is a violation
 };
 
