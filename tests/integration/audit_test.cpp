@@ -662,13 +662,7 @@ TEST_F(AuditTest, ABypassInItsOwnPidNamespaceIsCaughtUnderItsHostPid) {
 // session of its own. At d28724a it was reparented to init, attributed to nobody (its
 // cgroup, like everyone's on such a host, said nothing), and outlived the run.
 
-// The parent pid field of /proc/<pid>/stat (0 when gone).
-pid_t parent_of(pid_t pid) {
-  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 4 >= stat.size()) return 0;
-  return static_cast<pid_t>(std::strtol(stat.c_str() + close + 4, nullptr, 10));
-}
+// (EscapeTest reads parents with AuditTest::parent_of.)
 
 class EscapeTest : public AuditTest {
  protected:
