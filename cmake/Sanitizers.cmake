@@ -81,6 +81,7 @@ set(FRACGPU_UNITY_SEPARATE
   tests/broker/crash_consistency_test.cpp
   tests/broker/gpu_scheduler_mps_test.cpp
   tests/broker/state_recovery_test.cpp
+  tests/broker/swap_books_test.cpp
   tests/broker/swap_reserve_test.cpp
   tests/broker/top_test.cpp
   tests/broker/unresponsive_tenant_test.cpp
