@@ -179,7 +179,10 @@ void report_stopped(const StopOutcome& stopped, double grace_s) {
                stopped.killed, grace_s);
   if (stopped.left.empty()) return;
   std::string pids;
-  for (pid_t pid : stopped.left) pids += (pids.empty() ? "" : " ") + std::to_string(pid);
+  for (pid_t pid : stopped.left) {  // appended: GCC 12 -O3 -Wrestrict misreads literal + temp
+    if (!pids.empty()) pids += ' ';
+    pids += std::to_string(pid);
+  }
   std::fprintf(stderr, "fracgpu: still alive after SIGKILL: pid %s\n", pids.c_str());
 }
 
