@@ -116,7 +116,8 @@ TEST_F(ContainerAccess, AProcessInItsOwnPidNamespaceIsListedUnderItsHostPid) {
 
   EXPECT_EQ(nvml_bytes(host_pid), 64 * kMiB + 300 * kMiB) << "NVML lists it by its host pid";
   EXPECT_EQ(nvml_bytes(1), 0u) << "not by pid 1, the number its namespace gives it";
-  const ProcessStatus* listed = device_status().process(host_pid);
+  const DeviceStatus status = device_status();  // kept: `listed` points into it
+  const ProcessStatus* listed = status.process(host_pid);
   ASSERT_NE(listed, nullptr) << ctl("status");
   EXPECT_TRUE(listed->alive);
   EXPECT_EQ(listed->used_bytes, 64 * kMiB + 300 * kMiB);
