@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <unordered_map>
+
+#include "core/swap_books.h"
 
 namespace fracgpu::broker {
 
@@ -100,9 +103,45 @@ void AuditService::audit_tick() {
     tenants.push_back(std::move(at));
   }
   record(audit_.tick(gpus, tenants, samples));
+  note_device_bytes(tenants, samples);
   account_outside(gpus, samples, device_used);
   nvml_time_ += std::chrono::steady_clock::now() - started;
   ++nvml_ticks_;
+}
+
+// Per tenant and GPU read: what NVML lists its registered processes holding (by pid; the
+// tenants' lists were built after sampling, so a process that registered and then allocated
+// is counted). Replaces, per GPU read, what the previous sample said.
+void AuditService::note_device_bytes(const std::vector<AuditTenant>& tenants,
+                                     const std::vector<AuditSample>& samples) {
+  for (const AuditSample& s : samples) {
+    if (!s.ok) continue;
+    read_gpus_.insert(s.gpu);
+    std::erase_if(device_bytes_, [&](const auto& e) { return e.first.second == s.gpu; });
+    std::unordered_map<int32_t, const GpuProcessUsage*> by_pid;
+    for (const GpuProcessUsage& p : s.processes) by_pid[static_cast<int32_t>(p.pid)] = &p;
+    for (const AuditTenant& t : tenants) {
+      std::optional<uint64_t> sum = 0;
+      for (const AuditRegistered& r : t.processes) {
+        auto it = by_pid.find(r.pid);
+        if (it == by_pid.end()) continue;
+        if (!it->second->bytes_known) {
+          sum.reset();
+          break;
+        }
+        *sum = saturating_add(*sum, it->second->bytes);
+      }
+      device_bytes_[{t.name, s.gpu}] = sum;
+    }
+  }
+}
+
+std::optional<uint64_t> AuditService::device_bytes(const std::string& tenant, uint32_t gpu) const {
+  if (!nvml_) return std::nullopt;
+  if (!read_gpus_.contains(gpu))
+    return nvml_ticks_ == 0 ? std::optional<uint64_t>(0) : std::nullopt;
+  auto it = device_bytes_.find({tenant, gpu});
+  return it == device_bytes_.end() ? std::optional<uint64_t>(0) : it->second;
 }
 
 // Memory outside every tenant on each GPU read (outside_usage.h): the processes the audit

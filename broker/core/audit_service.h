@@ -20,6 +20,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -73,6 +74,13 @@ class AuditService {
   // sample, or when that sample could not read the GPU.
   std::optional<NvmlGpuFigures> nvml_figures(const std::string& uuid) const;
 
+  // What the device shows `tenant`'s registered processes hold on host GPU `gpu`, as of the
+  // latest NVML sample that read it (the guarantee enforcer covers a ledger's `used` only
+  // that far, guarantee_enforcer.h). 0 before the first sample (nothing is confirmed yet);
+  // nullopt where no device figure exists: no NVML, a GPU no sample could read, or a
+  // process NVML lists without its bytes.
+  std::optional<uint64_t> device_bytes(const std::string& tenant, uint32_t gpu) const;
+
   const ViolationLog& log() const { return log_; }
   // Memory outside every tenant, per GPU, as of the latest NVML sample (outside_usage.h).
   const OutsideBooks& outside() const { return outside_; }
@@ -111,6 +119,12 @@ class AuditService {
   std::chrono::nanoseconds nvml_time_{0}, books_time_{0};
   uint64_t nvml_ticks_ = 0, books_ticks_ = 0;
   std::map<std::string, NvmlGpuFigures, std::less<>> figures_;  // by GPU UUID
+  void note_device_bytes(const std::vector<AuditTenant>& tenants,
+                         const std::vector<AuditSample>& samples);
+  // device_bytes(): by (tenant, host GPU), from the latest sample that read the GPU; a GPU
+  // in read_gpus_ without an entry for a tenant: 0.
+  std::map<std::pair<std::string, uint32_t>, std::optional<uint64_t>> device_bytes_;
+  std::set<uint32_t> read_gpus_;
   struct WatchedCache {
     uint64_t generation = 0;
     bool valid = false;

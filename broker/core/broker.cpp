@@ -23,6 +23,7 @@
 
 #include "common/logging.h"
 #include "core/admission.h"
+#include "core/file_mappers.h"
 #include "core/host_memory.h"
 #include "core/ledger_ops.h"
 #include "core/process_tracker.h"
@@ -142,11 +143,14 @@ Status Broker::start() {
     adopt_processes(*t);
   }
   enforcer_ = std::make_unique<GuaranteeEnforcer>(
-      EnforcerConfig{.host_budget = options_.swap_host_budget_bytes,
-                     .kill_unswappable = options_.reclaim == "kill",
-                     .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9),
-                     .reserve_floor = options_.swap_reserve_floor_bytes,
-                     .host_available = [] { return mem_available(); }},
+      EnforcerConfig{
+          .host_budget = options_.swap_host_budget_bytes,
+          .kill_unswappable = options_.reclaim == "kill",
+          .idle_after_ns = static_cast<int64_t>(options_.swap_idle_after_s * 1e9),
+          .reserve_floor = options_.swap_reserve_floor_bytes,
+          .host_available = [] { return mem_available(); },
+          .on_device = [this](const std::string& tenant,
+                              uint32_t gpu) { return audit_->device_bytes(tenant, gpu); }},
       [this](const std::string& tenant) { return kill_tenant_processes(tenant); });
   audit_->note_grants();  // the grants as restored: the books check's starting record
   ComputeConfig compute_config = options_.compute;
@@ -215,13 +219,35 @@ Status Broker::open_tenant_socket(Tenant& tenant) {
 }
 
 // After a restart: keep watching the processes that are still alive, reclaim the rest.
+// A slot's pid and start time are the tenant's to write: a slot is re-attached only when
+// its process holds this tenant's ledger (file_mappers.h), so that a slot forged while no
+// broker ran, naming another tenant's process, makes that process nobody's business here.
 void Broker::adopt_processes(Tenant& tenant) {
   TenantLedger& ledger = tenant.ledger();
-  unsigned adopted = 0, gone = 0;
+  const auto file = tenant.segments->ledger_file();
+  unsigned adopted = 0, gone = 0, foreign = 0;
   for (uint32_t i = 0; i < kMaxProcesses; ++i) {
     ProcessSlot& s = ledger.processes[i];
     if (static_cast<SlotState>(s.state.load()) != SlotState::kLive) continue;
-    if (tracker_->watch(tenant.spec.name, i, s.pid.load(), s.start_time.load())) {
+    const pid_t pid = static_cast<pid_t>(s.pid.load());
+    const auto holds = process_matches(pid, s.start_time.load())
+                           ? process_holds_file(pid, FileIdentity{file.dev, file.ino})
+                           : std::optional<bool>(true);  // gone: reclaimed by watch() below
+    if (!holds)
+      spdlog::warn(
+          "tenant {}: cannot read /proc/{}/maps (the broker lacks the privilege): slot {} "
+          "re-attached on pid and start time alone",
+          tenant.spec.name, pid, i);
+    if (holds == false) {
+      spdlog::warn(
+          "tenant {}: slot {} names pid {}, which does not hold this tenant's ledger: not "
+          "re-attached, its books reclaimed",
+          tenant.spec.name, i, pid);
+      ledger::mark_dead(ledger, i);
+      ++foreign;
+      continue;
+    }
+    if (tracker_->watch(tenant.spec.name, i, pid, s.start_time.load())) {
       if (mps_) mps_->adopt_client(s.pid.load());  // counts its uid (mps_daemon.h)
       ++adopted;
     } else {
@@ -230,9 +256,9 @@ void Broker::adopt_processes(Tenant& tenant) {
     }
   }
   reconciler_->reconcile(tenant);  // slots of processes that died while no broker ran
-  if (adopted + gone > 0)
+  if (adopted + gone + foreign > 0)
     spdlog::info("tenant {}: {} live process(es) re-attached, {} reclaimed", tenant.spec.name,
-                 adopted, gone);
+                 adopted, gone + foreign);
 }
 
 void Broker::on_process_death(const std::string& name, uint32_t slot, pid_t pid) {

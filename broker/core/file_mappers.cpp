@@ -1,10 +1,11 @@
-// /proc/<pid>/maps readers for scan_file_mappers (see file_mappers.h). A maps line reads
-// "start-end perms offset MAJ:MIN inode  path", the device printed by the kernel as
+// /proc/<pid>/maps readers for scan_file_mappers and process_holds_file (see file_mappers.h). A
+// maps line reads "start-end perms offset MAJ:MIN inode  path", the device printed by the kernel as
 // "%02x:%02x", so a file mapped by a process shows as the text " MAJ:MIN inode " in it.
 #include "core/file_mappers.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -52,6 +53,37 @@ std::optional<pid_t> pid_of(const char* name) {
 }
 
 }  // namespace
+
+bool maps_text_names(const std::string& maps, const FileIdentity& file) {
+  if (file.ino == 0) return false;  // inode 0: an anonymous mapping, never a file
+  return maps.find(maps_needle(file)) != std::string::npos;
+}
+
+std::optional<bool> process_holds_file(pid_t pid, const FileIdentity& file) {
+  if (pid <= 0) return false;
+  std::string maps;
+  if (!read_maps(pid, maps)) {
+    struct stat st {};
+    const std::string dir = "/proc/" + std::to_string(pid);
+    return ::stat(dir.c_str(), &st) == 0 ? std::nullopt : std::optional<bool>(false);
+  }
+  if (maps_text_names(maps, file)) return true;
+  // Between receiving the descriptor and mapping it, the process holds it open.
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* dir = ::opendir(fds.c_str());
+  if (dir == nullptr) return false;
+  bool held = false;
+  while (const dirent* e = ::readdir(dir)) {
+    struct stat st {};
+    if (e->d_name[0] != '.' && ::stat((fds + "/" + e->d_name).c_str(), &st) == 0 &&
+        st.st_dev == file.dev && st.st_ino == file.ino) {
+      held = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return held;
+}
 
 std::map<FileIdentity, std::vector<MappingProcess>> scan_file_mappers(
     const std::vector<FileIdentity>& files) {

@@ -27,10 +27,12 @@ uint64_t borrowed(const DeviceQuota& q) {
 // that already existed past its grant (a pool's rounding). That memory is on the device:
 // the grant is raised over it (never above the limit) so that the sums below count what is
 // really borrowed, and a guarantee it breaks is enforced again. Raising a grant is always
-// safe for racing processes.
-bool cover_used(DeviceQuota& q, const DeviceUsage& u) {
+// safe for racing processes. `used` is the tenant's word: only what the device confirms
+// (`confirmed`, NVML's figure for its registered processes) is covered; a ledger that says
+// more than the device shows raises nothing, so it moves no other tenant (issue 27).
+bool cover_used(DeviceQuota& q, const DeviceUsage& u, std::optional<uint64_t> confirmed) {
   const uint64_t used = u.used.load(), grant = q.memory_grant.load();
-  const uint64_t raised = std::min(used, q.memory_limit.load());
+  const uint64_t raised = std::min({used, q.memory_limit.load(), confirmed.value_or(UINT64_MAX)});
   if (raised <= grant) return false;
   q.memory_grant.store(raised);
   return true;
@@ -305,7 +307,9 @@ bool GuaranteeEnforcer::enforce_gpu(std::span<const ArbiterMember> all,
   bool changed = false;
   for_each_device_on(all, gpu, [&](const ArbiterMember& m, DeviceQuota& q, DeviceUsage& u) {
     on_gpu.push_back({&m, &q, &u});
-    changed |= cover_used(q, u);
+    if (u.used.load() > q.memory_grant.load())  // rare: the port is asked only then
+      changed |=
+          cover_used(q, u, config_.on_device ? config_.on_device(m.name, gpu) : std::nullopt);
     guaranteed += q.memory_request.load();
     borrowed_sum += borrowed(q);
   });

@@ -26,7 +26,9 @@
 // move displaces another tenant's reserve rather than being refused for it, and may fill its
 // own tenant's reserve where that is larger than what is left (book_move).
 // A grant below what is used (a process that brought its memory back while no broker
-// answered: it fails open) is raised over it first, so the sums see every borrowed byte.
+// answered: it fails open) is raised over it first, so the sums see every borrowed byte —
+// as far as the device confirms it (EnforcerConfig::on_device): a forged `used` raises
+// nothing.
 // Pure decisions over the segments; the clock and the kill are injected. Cost: one pass
 // over the tenants' device quotas per tick, and the reserve plan's (no allocation unless
 // something is borrowed).
@@ -59,6 +61,13 @@ struct EnforcerConfig {
   // The node's available memory now (MemAvailable); empty function or nullopt: unknown,
   // then only the budget bounds the reserves.
   std::function<std::optional<uint64_t>()> host_available = {};
+  // What the device shows the tenant's registered processes hold on host GPU `gpu` (the
+  // NVML audit's latest sample, AuditService::device_bytes). A grant is raised over a
+  // ledger's `used` only as far as this confirms: `used` and the slots' `used[]` are the
+  // tenant's to write, and a grant raised on its word alone would make other borrowers move
+  // (issue 27). nullopt, or no function: no device figure exists (no NVML), and the ledger is
+  // taken as it is (docs/security.md says so).
+  std::function<std::optional<uint64_t>(const std::string& tenant, uint32_t gpu)> on_device = {};
 };
 
 struct SwapDemand {

@@ -62,6 +62,9 @@ class TenantSegments {
     ino_t ino = 0;
   };
   FileId quota_file() const { return quota_id_; }
+  // The ledger file's identity: every registered process of the tenant maps it (passed as a
+  // descriptor), and only those (file_mappers.h).
+  FileId ledger_file() const { return {ledger_dev_, ledger_ino_}; }
 
   // A new descriptor of this ledger file (close-on-exec; the caller owns it), read-write
   // or read-only, for passing to a tenant process; -1 when the file at the ledger path

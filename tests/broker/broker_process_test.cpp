@@ -1,12 +1,16 @@
 // Tenant processes against a real broker: registration by SO_PEERCRED pid, reclaim of
 // a SIGKILLed process's memory within one second (also when killed mid-allocation, 100
 // times over), bursts through the socket, and processes that outlive a broker SIGKILL.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <random>
 #include <thread>
 
 #include "broker_harness.h"
+#include "core/process_tracker.h"
 
 namespace fracgpu::test {
 namespace {
@@ -115,6 +119,54 @@ TEST_F(ProcessTest, ProcessOutlivesBrokerSigkill) {
         return s && (*s)["processes"].empty();
       },
       milliseconds(1000)));
+}
+
+// Issue 27 (a slot's pid and start time are the tenant's to write): while no broker runs,
+// tenant t writes a Live slot naming tenant v's process, with its true start time, and books
+// 2 GiB in it. The restarted broker does not re-attach that slot (the process does not hold
+// t's ledger, file_mappers.h): t's books drop the forgery, the process stays v's alone.
+// Against the old adoption (pid and start time only) t listed v's process as its own.
+TEST_F(ProcessTest, AForgedSlotNamingAnotherTenantsProcessIsNotReattachedAfterARestart) {
+  ASSERT_TRUE(broker.create_tenant("v", 8 * kGiB, 4 * kGiB)) << broker.log();
+  TenantProcess victim(broker.tenant_dir("v"), 1 * kGiB);
+  ASSERT_TRUE(victim.ok()) << broker.log();
+  TenantProcess own(broker.tenant_dir("t"), 1 * kGiB);  // t's honest process: re-attached
+  ASSERT_TRUE(own.ok()) << broker.log();
+  broker.kill9();
+
+  const std::string path = broker.ledger_path("t").string();
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  void* map = ::mmap(nullptr, sizeof(TenantLedger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* forged = static_cast<TenantLedger*>(map);
+  uint32_t slot = 0;
+  while (slot < kMaxProcesses && forged->processes[slot].state.load() != 0) ++slot;
+  ASSERT_LT(slot, kMaxProcesses);
+  const auto start = broker::process_start_time(victim.pid());
+  ASSERT_TRUE(start);
+  ProcessSlot& s = forged->processes[slot];
+  s.pid = victim.pid();
+  s.start_time = *start;
+  s.used[0] = 2 * kGiB;
+  forged->devices[0].used.fetch_add(2 * kGiB);  // consistent: the books check agrees
+  s.state = static_cast<uint32_t>(SlotState::kLive);
+
+  ASSERT_TRUE(broker.start()) << broker.log();
+  EXPECT_NE(broker.log().find("which does not hold this tenant's ledger"), std::string::npos)
+      << broker.log();
+  auto t = broker.tenant_status("t");
+  ASSERT_TRUE(t) << broker.log();
+  ASSERT_EQ((*t)["processes"].size(), 1u) << t->dump();
+  EXPECT_EQ((*t)["processes"][0]["pid"], own.pid()) << "only its own process";
+  EXPECT_EQ((*t)["devices"][0]["memory_used"], 1 * kGiB) << "the forged 2 GiB are gone";
+  EXPECT_EQ(s.state.load(), static_cast<uint32_t>(SlotState::kFree));
+  auto v = broker.tenant_status("v");
+  ASSERT_TRUE(v);
+  ASSERT_EQ((*v)["processes"].size(), 1u);
+  EXPECT_EQ((*v)["processes"][0]["pid"], victim.pid());
+  ::munmap(map, sizeof(TenantLedger));
 }
 
 TEST_F(ProcessTest, DeathWhileBrokerIsDownIsReclaimedAtStart) {

@@ -3,9 +3,13 @@
 // shim's side of the ledger: the report of memory that cannot move gives its bytes per
 // tenant GPU; the host budget counts what open demands will still move, not only what is
 // on host already; a grant left below what is used (a process that brought its memory back
-// while no broker answered) is raised over it, and the guarantee it breaks is enforced.
+// while no broker answered) is raised over it, as far as the device confirms it (issue 27:
+// a forged ledger raises nothing), and the guarantee it breaks is enforced.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/guarantee_enforcer.h"
@@ -106,6 +110,56 @@ TEST(OvercommitEnforcer, AGrantBelowWhatIsUsedIsRaisedAndTheGuaranteeEnforcedAga
   EXPECT_TRUE(enforcer.tick(all, arbiter, 0));
   EXPECT_EQ(borrower.grant(), 12 * kGiB) << "the grant covers what is on the device";
   EXPECT_EQ(borrower.q().resident_target.load(), 8 * kGiB) << "4 GiB must move again";
+}
+
+// Issue 27: `used` and the slots' `used[]` are the tenant's to write. A forger (2 GiB
+// guaranteed, normal class) raises both together to 6 GiB while the device shows its process
+// holding nothing: the grant is not raised over what the device confirms, so nothing looks
+// over-borrowed and the low-class borrower beside it is asked for nothing. (The old cover
+// raised the forger's grant to 6 GiB: 12.25 GiB borrowed of a 10 GiB pool, and the borrower
+// was asked to move 2.25 GiB.) What the device does confirm is covered, and no more.
+TEST(OvercommitEnforcer, ALedgerAboveWhatTheDeviceShowsRaisesNoGrantAndMovesNoOtherTenant) {
+  MemoryArbiter arbiter{{16 * kGiB}};
+  MemoryTenant other = borrower_of("other", 8 * kGiB, arbiter);
+  MemoryTenant forger{"forger", 0, 8 * kGiB, 2 * kGiB};
+  forger.q().priority = static_cast<uint32_t>(PriorityClass::kNormal);
+  forger.q().resident_target = kNoResidentTarget;
+  MemoryTenant guaranteed{"guaranteed", 0, 4 * kGiB, 4 * kGiB};
+  std::map<std::string, uint64_t> device = {{"other", 8 * kGiB}, {"forger", 0}};
+  EnforcerConfig config{64 * kGiB, false};
+  config.on_device = [&](const std::string& tenant, uint32_t gpu) -> std::optional<uint64_t> {
+    EXPECT_EQ(gpu, 0u);
+    return device.at(tenant);
+  };
+  GuaranteeEnforcer enforcer{config, nullptr};
+  const std::vector<ArbiterMember> all = {other.member(), forger.member(), guaranteed.member()};
+  enforcer.tick(all, arbiter, 0);
+  ASSERT_TRUE(enforcer.demands().empty()) << "6 GiB guaranteed, 8.25 of 10 borrowed: no debt";
+
+  ledger_protocol::force_charge(*forger.ledger, forger.slot, 0, 6 * kGiB);
+  ASSERT_EQ(forger.used(), 6 * kGiB);
+  enforcer.tick(all, arbiter, kSecond / 10);
+  EXPECT_EQ(forger.grant(), 2 * kGiB) << "nothing the device confirms";
+  EXPECT_EQ(other.q().resident_target.load(), kNoResidentTarget) << "the borrower keeps its memory";
+  EXPECT_TRUE(enforcer.demands().empty());
+
+  device["forger"] = 3 * kGiB;  // the device shows 3 GiB: those are covered, not the 6 said
+  enforcer.tick(all, arbiter, 2 * kSecond / 10);
+  EXPECT_EQ(forger.grant(), 3 * kGiB);
+  EXPECT_EQ(other.q().resident_target.load(), kNoResidentTarget) << "9.25 of 10 borrowed";
+}
+
+// Without a device figure (no NVML: the port says nullopt) the ledger is taken as it is, as
+// AGrantBelowWhatIsUsedIsRaisedAndTheGuaranteeEnforcedAgain shows without a port.
+TEST(OvercommitEnforcer, WithoutADeviceFigureTheLedgerIsCovered) {
+  MemoryArbiter arbiter{{16 * kGiB}};
+  MemoryTenant t = borrower_of("t", 2 * kGiB, arbiter);
+  EnforcerConfig config{64 * kGiB, false};
+  config.on_device = [](const std::string&, uint32_t) { return std::optional<uint64_t>(); };
+  GuaranteeEnforcer enforcer{config, nullptr};
+  ledger_protocol::force_charge(*t.ledger, t.slot, 0, 2 * kGiB);
+  enforcer.tick(std::vector<ArbiterMember>{t.member()}, arbiter, 0);
+  EXPECT_EQ(t.grant(), 4 * kGiB);
 }
 
 TEST(OvercommitEnforcer, AGrantIsNeverRaisedAboveTheLimit) {

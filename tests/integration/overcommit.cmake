@@ -15,7 +15,9 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_spin_client)
     "overcommit_test.cpp;overcommit_load_test.cpp;overcommit_kill_test.cpp;overcommit_budget_test.cpp;overcommit_routes_test.cpp;overcommit_broker_death_test.cpp;overcommit_reserve_test.cpp;overcommit_default_test.cpp"
     SERIAL TIMEOUT 120
     TIMING "Overcommit.AGuaranteeAdmittedAfterABorrowerGetsAllOfItAndTheBorrowersDataSurvives:OvercommitDefaults.ABorrowerThatMayNotSwapIsStoppedAndTheGuaranteeHoldsWithinTheBound:OvercommitLoad.*:OvercommitBrokerDeath.AWaitingBorrowerGetsItsMemoryBackWhenTheBrokerDies"
-    PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_SPIN_CLIENT fracgpu_spin_client)
+    PROGRAMS FRACGPU_ALLOC_CLIENT fracgpu-alloc-client FRACGPU_SPIN_CLIENT fracgpu_spin_client
+    DEFINES FRACGPU_FAKENVML_DIR="$<TARGET_FILE_DIR:fakenvml>"
+    DEPENDS fakenvml)
 endif()
 
 if(TARGET fracgpu_broker_core)

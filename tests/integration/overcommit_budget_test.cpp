@@ -37,6 +37,23 @@ class OvercommitBudget : public OvercommitFixture {
     for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   }
+  // The tenant's ledger mapped writable, as its own processes map it (a forger's view).
+  TenantLedger* writable_ledger(const std::string& name) {
+    const std::string path = client::ledger_path(run_dir(), name);
+    const int fd = ::open(path.c_str(), O_RDWR);
+    if (fd < 0) return nullptr;
+    void* map = ::mmap(nullptr, sizeof(TenantLedger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    return map == MAP_FAILED ? nullptr : static_cast<TenantLedger*>(map);
+  }
+  // The Live slot of `pid` (kMaxProcesses: none).
+  static uint32_t slot_of(const TenantLedger& l, int pid) {
+    for (uint32_t i = 0; i < kMaxProcesses; ++i)
+      if (l.processes[i].state.load() == static_cast<uint32_t>(SlotState::kLive) &&
+          l.processes[i].pid.load() == pid)
+        return i;
+    return kMaxProcesses;
+  }
   // Polls for `limit`: the borrower's bytes on host never exceed `most`.
   void expect_on_host_at_most(const TenantLedger& l, uint64_t most,
                               std::chrono::milliseconds limit) {
@@ -155,18 +172,9 @@ TEST_F(OvercommitBudget, AForgedSwappedCounterMovesNoOtherTenantNorSurvivesExitO
                 [&] { return writer->out().find("\"holding\"") != std::string::npos; },
                 std::chrono::seconds(15)),
             "");
-  const std::string path = client::ledger_path(run_dir(), "forger");
-  const int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << path;
-  void* map = ::mmap(nullptr, sizeof(TenantLedger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  ASSERT_NE(map, MAP_FAILED);
-  auto* lf = static_cast<TenantLedger*>(map);
-  uint32_t slot = kMaxProcesses;
-  for (uint32_t i = 0; i < kMaxProcesses; ++i)
-    if (lf->processes[i].state.load() == static_cast<uint32_t>(SlotState::kLive) &&
-        lf->processes[i].pid.load() == writer->pid())
-      slot = i;
+  TenantLedger* lf = writable_ledger("forger");
+  ASSERT_NE(lf, nullptr);
+  const uint32_t slot = slot_of(*lf, writer->pid());
   ASSERT_LT(slot, kMaxProcesses);
   Forgery forgery(lf, slot);
 
@@ -225,7 +233,67 @@ TEST_F(OvercommitBudget, AForgedSwappedCounterMovesNoOtherTenantNorSurvivesExitO
   expect_books({{"borrower", holds}, {"forger", 0}});
   touch("done");
   EXPECT_EQ(borrower->wait(std::chrono::seconds(10)), 0);
-  ::munmap(map, sizeof(TenantLedger));
+  ::munmap(lf, sizeof(TenantLedger));
+}
+
+// Issue 27: `used` and the slots' `used[]` are the tenant's to write. A forger (128 MiB
+// guaranteed, 2 GiB cap, one process holding 2 MiB beside its context) raises its slot's
+// `used[0]` and its `used` together by 1 GiB: the books agree, so the books check has nothing
+// to say. The enforcer covers a `used` above the grant only as far as NVML shows the
+// tenant's processes holding (AuditService::device_bytes): the forger's grant stays 128 MiB,
+// and the borrower beside it, which fits the pool left by a 2560 MiB guarantee, is asked to
+// move nothing. (The old cover raised the forger's grant to 1 GiB: 896 MiB more borrowed,
+// and the borrower was asked to move 576 MiB to host.)
+TEST_F(OvercommitBudget, AConsistentlyForgedUsedCounterRaisesNoGrantAndMovesNoOtherTenant) {
+  kill_broker();
+  extra_broker_args_ = {"--swap-host-budget",
+                        "2GiB",
+                        "--reclaim",
+                        "report",
+                        "--nvml",
+                        FRACGPU_FAKENVML_DIR "/libnvidia-ml.so.1",
+                        "--audit-interval",
+                        "200"};
+  start_broker();
+  borrower_tenant("borrower");
+  auto borrower = start_pattern("borrower", kBorrowed, kChunk, "go", "done");
+  ASSERT_FALSE(HasFailure());
+  const TenantLedger* lb = ledger("borrower");
+  ASSERT_NE(lb, nullptr);
+  tenant("forger", "2GiB", "128MiB");
+  auto writer = std::make_unique<BackgroundProcess>(
+      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2 * kMiB)},
+      tenant_env("forger"), file("forger-hold"));
+  ASSERT_EQ(writer->wait_until_ready(
+                [&] { return writer->out().find("\"holding\"") != std::string::npos; },
+                std::chrono::seconds(15)),
+            "");
+  TenantLedger* lf = writable_ledger("forger");
+  ASSERT_NE(lf, nullptr);
+  const uint32_t slot = slot_of(*lf, writer->pid());
+  ASSERT_LT(slot, kMaxProcesses);
+  tenant("guaranteed", "2560MiB", "2560MiB");  // pool 4096 - 2688 = 1408 MiB: the borrower fits
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_EQ(lb->devices[0].swapped.load(), 0u) << broker_log();
+
+  lf->processes[slot].used[0].fetch_add(1 * kGiB);
+  lf->devices[0].used.fetch_add(1 * kGiB);
+  expect_on_host_at_most(*lb, 0, std::chrono::milliseconds(2000));  // 10 NVML samples
+  EXPECT_EQ(status_devices()["forger"].value("memory_grant", 0ull), 128 * kMiB)
+      << "the device shows 66 MiB: nothing above the grant is confirmed";
+  EXPECT_EQ(broker_log().find("tenant borrower: asked to move"), std::string::npos) << broker_log();
+
+  // The forgery undone; the borrower's data was never touched.
+  lf->processes[slot].used[0].fetch_sub(1 * kGiB);
+  lf->devices[0].used.fetch_sub(1 * kGiB);
+  writer.reset();
+  touch("go");
+  wait_until([&] { return borrower->out().find("\"intact\"") != std::string::npos; },
+             std::chrono::seconds(10));
+  EXPECT_EQ(last_json_line(borrower->out())["intact"], true) << borrower->out() << borrower->err();
+  touch("done");
+  EXPECT_EQ(borrower->wait(std::chrono::seconds(10)), 0);
+  ::munmap(lf, sizeof(TenantLedger));
 }
 
 }  // namespace
