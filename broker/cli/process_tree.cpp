@@ -16,27 +16,19 @@
 #include <thread>
 
 #include "common/pidfd_signal.h"
+#include "common/proc_stat.h"
 
 namespace fracgpu::cli {
 namespace {
 
 std::optional<ProcEntry> read_entry(const std::string& proc_root, pid_t pid) {
-  const std::string path = proc_root + "/" + std::to_string(pid) + "/stat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::array<char, 1024> buf{};
-  const ssize_t n = ::read(fd, buf.data(), buf.size() - 1);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  const std::string stat(buf.data(), static_cast<std::size_t>(n));
-  const std::size_t close = stat.rfind(')');  // comm may contain ')' and spaces
-  if (close == std::string::npos || close + 4 >= stat.size()) return std::nullopt;
+  const auto stat = broker::read_proc_stat(pid, proc_root);
+  if (!stat) return std::nullopt;
   ProcEntry e;
   e.pid = pid;
-  e.state = stat[close + 2];
-  e.ppid = static_cast<pid_t>(std::strtol(stat.c_str() + close + 4, nullptr, 10));
-  // Field 22; parse_stat_start_time refuses zombies, whose start time nothing needs.
-  e.start_time = broker::parse_stat_start_time(stat).value_or(0);
+  e.state = stat->state;
+  e.ppid = stat->ppid;
+  e.start_time = stat->gone() ? 0 : stat->start_time;  // a zombie's start time nothing needs
   return e;
 }
 

@@ -6,9 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <array>
-#include <charconv>
-#include <string_view>
+#include "common/proc_stat.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -20,25 +18,9 @@
 namespace fracgpu::broker {
 
 std::optional<uint64_t> parse_stat_start_time(const std::string& stat) {
-  // comm (field 2) may contain spaces and parentheses: fields resume after the LAST ')'.
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::string_view rest = std::string_view(stat).substr(close + 1);
-  for (int index = 3; index <= 22; ++index) {
-    const std::size_t begin = rest.find_first_not_of(' ');
-    if (begin == std::string_view::npos) return std::nullopt;
-    rest.remove_prefix(begin);
-    const std::size_t end = std::min(rest.find(' '), rest.size());
-    if (index == 3 && (rest[0] == 'Z' || rest[0] == 'X')) return std::nullopt;
-    if (index == 22) {
-      uint64_t value = 0;
-      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + end, value);
-      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
-      return value;
-    }
-    rest.remove_prefix(end);
-  }
-  return std::nullopt;
+  const auto parsed = parse_proc_stat(stat);
+  if (!parsed || parsed->gone()) return std::nullopt;
+  return parsed->start_time;
 }
 
 int SystemPidfdOps::open(pid_t pid) {
@@ -46,14 +28,9 @@ int SystemPidfdOps::open(pid_t pid) {
 }
 
 std::optional<uint64_t> SystemPidfdOps::start_time(pid_t pid) {
-  const std::string path = root_ + "/" + std::to_string(pid) + "/stat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::array<char, 1024> buf{};
-  const ssize_t n = ::read(fd, buf.data(), buf.size());
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  return parse_stat_start_time(std::string(buf.data(), static_cast<std::size_t>(n)));
+  const auto parsed = read_proc_stat(pid, root_);
+  if (!parsed || parsed->gone()) return std::nullopt;
+  return parsed->start_time;
 }
 
 int SystemPidfdOps::send_signal(int pidfd, int sig) {

@@ -56,7 +56,8 @@ PidfdOps& system_pidfd_ops();
 // signal is not permitted. Never signals pid <= 1.
 bool signal_exact_process(PidfdOps& ops, pid_t pid, uint64_t start_time, int sig);
 
-// Field 22 of the text of a /proc/<pid>/stat file; nullopt when malformed or a zombie.
+// Field 22 of the text of a /proc/<pid>/stat file (common/proc_stat.h); nullopt when
+// malformed or a zombie.
 std::optional<uint64_t> parse_stat_start_time(const std::string& stat);
 
 }  // namespace fracgpu::broker

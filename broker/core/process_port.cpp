@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/proc_stat.h"
+
 namespace fracgpu::broker {
 namespace {
 
@@ -40,21 +42,11 @@ ProcfsProcessPort::ProcfsProcessPort(CgroupReader& cgroups, PidfdOps& pidfds, st
 
 std::optional<ProcessFacts> ProcfsProcessPort::describe(int32_t pid) {
   if (pid <= 0) return std::nullopt;
-  const std::string dir = root_ + "/" + std::to_string(pid);
-  const std::string stat = read_small(dir + "/stat", 1024);
-  // comm (field 2) may contain spaces and parentheses: fields resume after the LAST ')'.
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  const char* cursor = stat.c_str() + close + 1;
+  const auto stat = read_proc_stat(pid, root_);
+  if (!stat || stat->gone()) return std::nullopt;  // a zombie holds no GPU memory
   ProcessFacts facts;
-  for (int field = 3; field <= 22; ++field) {
-    while (*cursor == ' ') ++cursor;
-    if (*cursor == '\0') return std::nullopt;
-    if (field == 3 && (*cursor == 'Z' || *cursor == 'X')) return std::nullopt;  // holds no GPU
-    if (field == 4) facts.ppid = static_cast<int32_t>(std::strtol(cursor, nullptr, 10));
-    if (field == 22) facts.start_time = std::strtoull(cursor, nullptr, 10);
-    while (*cursor != ' ' && *cursor != '\0') ++cursor;
-  }
+  facts.ppid = static_cast<int32_t>(stat->ppid);
+  facts.start_time = stat->start_time;
   facts.cgroup = cgroups_.read(pid);
   return facts;
 }

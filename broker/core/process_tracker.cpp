@@ -12,9 +12,9 @@
 
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
-#include <string_view>
+
+#include "common/proc_stat.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -27,43 +27,12 @@ int pidfd_open(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
-// /proc/<pid>/stat in one read (it is well under a page).
-std::optional<std::string> read_stat(pid_t pid) {
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::array<char, 4096> buf{};
-  const ssize_t n = ::read(fd, buf.data(), buf.size());
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  return std::string(buf.data(), static_cast<std::size_t>(n));
-}
-
 }  // namespace
 
 std::optional<uint64_t> process_start_time(pid_t pid) {
-  if (pid <= 0) return std::nullopt;
-  const auto stat = read_stat(pid);
+  const auto stat = read_proc_stat(pid);
   if (!stat) return std::nullopt;
-  // comm (field 2) may contain spaces and parentheses: fields resume after the LAST ')'.
-  const std::size_t close = stat->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::string_view rest = std::string_view(*stat).substr(close + 1);
-  for (int index = 3; index <= 22; ++index) {
-    const std::size_t begin = rest.find_first_not_of(' ');
-    if (begin == std::string_view::npos) return std::nullopt;
-    rest.remove_prefix(begin);
-    const std::size_t end = std::min(rest.find(' '), rest.size());
-    if (index == 22) {
-      uint64_t value = 0;
-      const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + end, value);
-      if (ec != std::errc() || ptr != rest.data() + end) return std::nullopt;
-      return value;
-    }
-    rest.remove_prefix(end);
-  }
-  return std::nullopt;
+  return stat->start_time;
 }
 
 bool process_matches(pid_t pid, uint64_t start_time) {

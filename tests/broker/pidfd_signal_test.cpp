@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 
+#include "common/proc_stat.h"
+
 namespace fracgpu::broker {
 namespace {
 
@@ -126,6 +128,27 @@ TEST(PidfdSignal, StartTimeParsing) {
   EXPECT_EQ(parse_stat_start_time("77 (zombie) Z 1 77 77 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0"),
             std::nullopt);
   EXPECT_EQ(parse_stat_start_time("77 (short) S 1"), std::nullopt);
+}
+
+// The one /proc/<pid>/stat reader (common/proc_stat.h): a comm a tenant chose, holding
+// ") Z 9 " and a newline, cannot pass for the fields after it; a malformed field is refused.
+TEST(ProcStat, FieldsAreReadAfterTheLastParenthesis) {
+  const auto s = parse_proc_stat(
+      "42 (evil) Z 9 x\n) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10\n");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->state, 'S');
+  EXPECT_EQ(s->ppid, 7);
+  EXPECT_EQ(s->start_time, 98765u);
+  EXPECT_FALSE(s->gone());
+  EXPECT_TRUE(parse_proc_stat("1 (z) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0")->gone());
+  for (const char* bad :
+       {"", "no parenthesis", "1 (x) S", "1 (x) S x 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5",
+        "1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5x 0", "1 (x) SS 1"})
+    EXPECT_EQ(parse_proc_stat(bad), std::nullopt) << bad;
+  const auto self = read_proc_stat(::getpid());
+  ASSERT_TRUE(self);
+  EXPECT_EQ(self->ppid, ::getppid());
+  EXPECT_EQ(read_proc_stat(0), std::nullopt);
 }
 
 // The real system calls against a real child: a wrong start time leaves it running, the
