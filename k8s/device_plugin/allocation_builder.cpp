@@ -136,8 +136,10 @@ Result<std::string> tenant_dir_from_reply(const nlohmann::json& reply, const std
   return dir.string();
 }
 
-Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan) {
-  using R = Result<std::string>;
+Result<EnsuredTenant> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan,
+                                    const std::function<bool(const std::string&)>& awaiting_start,
+                                    const std::string& broker_run_dir) {
+  using R = Result<EnsuredTenant>;
   auto listed = broker.call({{"op", "list"}});
   if (!listed) return R::failure(listed.error());
   const nlohmann::json& tenants = (*listed)["tenants"];
@@ -147,26 +149,48 @@ Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPla
       exists = exists || (t.is_object() && t.value("name", "") == plan.tenant);
   }
   const nlohmann::json tenant = tenant_definition(plan);
+  auto ready = [&](const Result<nlohmann::json>& reply) -> R {
+    auto dir = tenant_dir_from_reply(*reply, plan.tenant);
+    if (!dir) return R::failure(dir.error());
+    return EnsuredTenant{*dir, false};
+  };
   if (!exists) {
     auto created = broker.call({{"op", "create"}, {"tenant", tenant}});
-    if (created) return tenant_dir_from_reply(*created, plan.tenant);
+    if (created) return ready(created);
     // Refused: most likely the GPU's guarantees are taken by tenants of containers that
     // have gone. Those are removed only now, so that a pod whose init container and app
-    // container hold overlapping slices keeps both tenants while they fit.
-    const auto stale = stale_holders(tenants, plan);
-    for (const auto& name : stale) {
+    // container hold overlapping slices keeps both tenants while they fit; a holder whose
+    // container has not started yet is never removed (pending_starts.h).
+    std::vector<std::string> waiting_for;
+    std::size_t deleted_any = 0;
+    for (const auto& name : stale_holders(tenants, plan)) {
+      if (awaiting_start && awaiting_start(name)) {
+        waiting_for.push_back(name);
+        continue;
+      }
       spdlog::info("deleting tenant {}: it holds slices now given to {} (its container has gone)",
                    name, plan.tenant);
       auto deleted = broker.call({{"op", "delete"}, {"name", name}});
       if (!deleted) spdlog::warn("could not delete the stale tenant {}: {}", name, deleted.error());
+      deleted_any += deleted ? 1 : 0;
     }
-    if (!stale.empty()) {
+    if (deleted_any > 0) {
       created = broker.call({{"op", "create"}, {"tenant", tenant}});
-      if (created) return tenant_dir_from_reply(*created, plan.tenant);
+      if (created) return ready(created);
     }
-    // Another Allocate may have created it meanwhile; otherwise the refusal stands.
+    // Another Allocate may have created it meanwhile; otherwise the refusal stands, unless
+    // it waits on a container that has not started.
     auto names = broker.tenant_names();
     if (!names || std::find(names->begin(), names->end(), plan.tenant) == names->end()) {
+      if (!waiting_for.empty()) {
+        spdlog::info(
+            "tenant {} waits for its container's start: {} still hold its slices for "
+            "a container not started yet (an init container)",
+            plan.tenant, waiting_for.front());
+        return EnsuredTenant{
+            (std::filesystem::path(broker_run_dir) / paths::kPodsDirName / plan.tenant).string(),
+            true};
+      }
       return R::failure("the fracgpu broker refused tenant " + plan.tenant + ": " +
                         created.error());
     }
@@ -176,7 +200,7 @@ Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPla
     return R::failure("the fracgpu broker refused to update tenant " + plan.tenant + ": " +
                       updated.error());
   }
-  return tenant_dir_from_reply(*updated, plan.tenant);
+  return ready(updated);
 }
 
 std::string host_files_problem(const PluginConfig& config) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,11 +57,21 @@ nlohmann::json tenant_definition(const AllocationPlan& plan);
 // Creates the tenant, or updates it when it already exists (a restarted container), and
 // returns the tenant's directory as the broker reports it (TENANT_STATUS "run_dir").
 // When the broker refuses a new tenant, the plugin's tenants (of any class: a changed
-// high-slices moves indices between classes) that still hold any of these slices and have no
-// running process are deleted and the creation is tried once more: the kubelet hands a slice to one
-// container at a time, so such a tenant belongs to a container that has gone, and its guaranteed
-// memory would block the new one.
-Result<std::string> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan);
+// high-slices moves indices between classes) that still hold any of these slices, have no
+// running process and are not `awaiting_start` are deleted and the creation is tried once
+// more: the kubelet hands a slice to one container at a time, so such a tenant belongs to a
+// container that has gone, and its guaranteed memory would block the new one. A holder
+// awaiting its container's start (pending_starts.h: an init container allocated with this
+// pod) is kept; then the result is `deferred`: the tenant is not made now, its directory is
+// where the broker will make it (<broker run dir>/pods/<tenant>), and the caller makes it at
+// the container's PreStartContainer.
+struct EnsuredTenant {
+  std::string dir;
+  bool deferred = false;
+};
+Result<EnsuredTenant> ensure_tenant(const BrokerAdmin& broker, const AllocationPlan& plan,
+                                    const std::function<bool(const std::string&)>& awaiting_start,
+                                    const std::string& broker_run_dir);
 
 // The tenant directory in a create/update reply, checked: an absolute path without "."
 // or ".." components whose last component is the tenant's name.

@@ -32,7 +32,7 @@ std::string joined(const google::protobuf::RepeatedPtrField<std::string>& ids) {
 
 v1beta1::DevicePluginOptions DevicePluginService::options() {
   v1beta1::DevicePluginOptions options;
-  options.set_pre_start_required(false);
+  options.set_pre_start_required(true);  // pending_starts.h
   options.set_get_preferred_allocation_available(true);
   return options;
 }
@@ -99,14 +99,13 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
                     joined(container.devices_ids()), problem);
       return {grpc::StatusCode::FAILED_PRECONDITION, "fracgpu: " + problem};
     }
-    auto ensured = ensure_tenant(broker_, *plan);  // the tenant's directory
+    auto ensured = ensure(*plan);  // the tenant's directory
     if (!ensured) {
       spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, ensured.error());
-      const bool unreachable = ensured.error().find("cannot be reached") != std::string::npos;
-      return {unreachable ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::FAILED_PRECONDITION,
-              "fracgpu: " + ensured.error()};
+      return failed(ensured.error());
     }
-    fill_container_response(*plan, *ensured, config_, *response->add_container_responses());
+    pending_.allocated(plan->tenant);
+    fill_container_response(*plan, ensured->dir, config_, *response->add_container_responses());
     spdlog::info(
         "Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, "
         "compute {}, "
@@ -119,10 +118,48 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
-                                                    const v1beta1::PreStartContainerRequest*,
-                                                    v1beta1::PreStartContainerResponse*) {
-  return grpc::Status::OK;  // nothing to prepare: the tenant was set up in Allocate
+// Right before the container is created: its tenant exists from here on. Usually Allocate
+// made it and this only re-applies it; a tenant whose creation waited on a holder whose
+// container had not started (an init container) is made now, after that container ran,
+// its tenant deleted if it has no process left. A refusal fails this start of the
+// container (the kubelet retries it), never the pod's admission.
+grpc::Status DevicePluginService::PreStartContainer(
+    grpc::ServerContext*, const v1beta1::PreStartContainerRequest* request,
+    v1beta1::PreStartContainerResponse*) {
+  const std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
+  if (ids.empty()) return grpc::Status::OK;  // no slices: nothing to prepare
+  auto plan = plan_allocation(ids, inventory_, class_);
+  if (!plan) {
+    spdlog::warn("PreStartContainer {} refused [{}]: {}", class_.resource_name,
+                 joined(request->devices_ids()), plan.error());
+    return {grpc::StatusCode::INVALID_ARGUMENT, "fracgpu: " + plan.error()};
+  }
+  pending_.started(plan->tenant);
+  auto ensured = ensure(*plan);
+  if (ensured && ensured->deferred) {
+    ensured = Result<EnsuredTenant>::failure(
+        "tenant " + plan->tenant + " cannot be made yet: another container not started yet " +
+        "holds its slices");
+  }
+  if (!ensured) {
+    spdlog::error("PreStartContainer failed for tenant {}: {}", plan->tenant, ensured.error());
+    return failed(ensured.error());
+  }
+  spdlog::info("PreStartContainer {}: tenant {} ready at {}", class_.resource_name, plan->tenant,
+               ensured->dir);
+  return grpc::Status::OK;
+}
+
+Result<EnsuredTenant> DevicePluginService::ensure(const AllocationPlan& plan) const {
+  return ensure_tenant(
+      broker_, plan, [this](const std::string& name) { return pending_.awaiting(name); },
+      config_.broker_run_dir);
+}
+
+grpc::Status DevicePluginService::failed(const std::string& error) {
+  const bool unreachable = error.find("cannot be reached") != std::string::npos;
+  return {unreachable ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::FAILED_PRECONDITION,
+          "fracgpu: " + error};
 }
 
 }  // namespace fracgpu::k8s

@@ -5,13 +5,17 @@
 // Synchronous gRPC: every call is short except ListAndWatch, which holds one server
 // thread for as long as the kubelet watches, waking on inventory changes and on stop().
 // After a successful Allocate, `on_allocated` (when given) is called: the pod
-// attribution's nudge, which never blocks.
+// attribution's nudge, which never blocks. PreStartContainer is required (the options):
+// the kubelet calls it right before creating each container, and the plugin makes a tenant
+// there whose creation waited on an init container's (pending_starts.h).
 #pragma once
 
 #include <atomic>
 #include <functional>
 
+#include "device_plugin/allocation_builder.h"
 #include "device_plugin/broker_admin.h"
+#include "device_plugin/pending_starts.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/resource_class.h"
 #include "device_plugin/slice_inventory.h"
@@ -22,11 +26,13 @@ namespace fracgpu::k8s {
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
   DevicePluginService(const PluginConfig& config, ResourceClass cls, SliceInventory& inventory,
-                      const BrokerAdmin& broker, std::function<void()> on_allocated = {})
+                      const BrokerAdmin& broker, PendingStarts& pending,
+                      std::function<void()> on_allocated = {})
       : config_(config),
         class_(std::move(cls)),
         inventory_(inventory),
         broker_(broker),
+        pending_(pending),
         on_allocated_(std::move(on_allocated)) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
@@ -49,10 +55,14 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   static v1beta1::DevicePluginOptions options();
 
  private:
+  Result<EnsuredTenant> ensure(const AllocationPlan& plan) const;
+  static grpc::Status failed(const std::string& error);
+
   const PluginConfig& config_;
   const ResourceClass class_;
   SliceInventory& inventory_;
   const BrokerAdmin& broker_;
+  PendingStarts& pending_;  // shared by the plugin's classes: their tenants may overlap
   const std::function<void()> on_allocated_;
   std::atomic<bool> stopping_{false};
 };

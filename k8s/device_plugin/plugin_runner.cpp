@@ -77,8 +77,8 @@ bool PluginRunner::start_server(Endpoint& endpoint) {
   }
   std::function<void()> on_allocated;
   if (attribution_) on_allocated = [loop = attribution_.get()] { loop->nudge(); };
-  endpoint.service = std::make_unique<DevicePluginService>(config_, endpoint.cls, inventory_,
-                                                           broker_, std::move(on_allocated));
+  endpoint.service = std::make_unique<DevicePluginService>(
+      config_, endpoint.cls, inventory_, broker_, pending_starts_, std::move(on_allocated));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
   builder.RegisterService(endpoint.service.get());

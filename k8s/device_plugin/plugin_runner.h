@@ -71,6 +71,7 @@ class PluginRunner {
   BrokerAdmin broker_;        // Allocate: retries while the broker restarts
   BrokerAdmin health_probe_;  // health polls: one attempt, the next poll is the retry
   SliceInventory inventory_;
+  PendingStarts pending_starts_;                     // every class's Allocates and container starts
   std::unique_ptr<PodAttributionLoop> attribution_;  // null when turned off
   std::vector<Endpoint> endpoints_;  // one per advertised class, in registration order
 };

@@ -29,7 +29,7 @@ TEST_F(DevicePluginTest, RegistersTheResourceAndItsEndpoint) {
   EXPECT_EQ(r.resource_name(), "fracgpu.io/gpu-slice");
   EXPECT_EQ(r.endpoint(), "fracgpu.sock");
   EXPECT_TRUE(r.options().get_preferred_allocation_available());
-  EXPECT_FALSE(r.options().pre_start_required());
+  EXPECT_TRUE(r.options().pre_start_required()) << "tenants made at a container's start";
   struct stat st {};
   ASSERT_EQ(stat((plugin_dir() + "/" + r.endpoint()).c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
@@ -39,7 +39,7 @@ TEST_F(DevicePluginTest, RegistersTheResourceAndItsEndpoint) {
   v1beta1::DevicePluginOptions options;
   ASSERT_TRUE(plugin_stub_->GetDevicePluginOptions(&context, empty, &options).ok());
   EXPECT_TRUE(options.get_preferred_allocation_available());
-  EXPECT_FALSE(options.pre_start_required());
+  EXPECT_TRUE(options.pre_start_required());
   grpc::ClientContext pre_start_context;
   v1beta1::PreStartContainerRequest pre_start;
   v1beta1::PreStartContainerResponse pre_start_reply;
@@ -276,6 +276,7 @@ TEST_F(DevicePluginTest, SlicesGivenToANewContainerReplaceTheGoneContainersTenan
 
   v1beta1::AllocateResponse whole;
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3}), whole).ok());  // all 16 GiB guaranteed
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {0, 1, 2, 3})).ok());        // its container ran
   // The kubelet hands slices 2 and 3 to another container: the first one has gone. Without
   // removing its tenant the broker would refuse the new guarantee (the GPU is full).
   v1beta1::AllocateResponse half;
@@ -288,6 +289,7 @@ TEST_F(DevicePluginTest, SlicesGivenToANewContainerReplaceTheGoneContainersTenan
 TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
   v1beta1::AllocateResponse whole;
   ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1, 2, 3}), whole).ok());
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {0, 1, 2, 3})).ok());
   const std::string old_name = k8s::tenant_name_for(gpu0_, {0, 1, 2, 3});
   Environment env = env_;
   env["FRACGPU_SOCKET"] = run_dir() + "/pods/" + old_name + "/broker.sock";
@@ -319,6 +321,73 @@ TEST_F(DevicePluginTest, ATenantWithRunningProcessesIsNeverTakenOver) {
   auto status = allocate(slice_ids(gpu0_, {2, 3}), response);
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(tenant(old_name).is_null());
+}
+
+// The kubelet allocates every container of a pod at admission, before any starts, and hands
+// an init container's devices to the app container after it. On a GPU whose guarantees are
+// taken (another pod holds slices 2-3), the app container's slice 0 overlaps the init
+// container's 0-1: the broker refuses the app's tenant, and the init container's tenant has
+// no process — because it has not started yet. It is kept (pending_starts.h); the app's
+// tenant is made at its PreStartContainer, after the init container ran. (The old Allocate
+// deleted the init container's tenant as "gone": its container then found no tenant.)
+TEST_F(DevicePluginTest, AnInitContainersTenantOutlivesTheAppContainersAllocate) {
+  v1beta1::AllocateResponse other, init, app;
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {2, 3}), other).ok());
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {2, 3})).ok());
+  const std::string init_name = k8s::tenant_name_for(gpu0_, {0, 1});
+  const std::string app_name = k8s::tenant_name_for(gpu0_, {0});
+  ASSERT_TRUE(allocate(slice_ids(gpu0_, {0, 1}), init).ok());
+  auto status = allocate(slice_ids(gpu0_, {0}), app);
+  ASSERT_TRUE(status.ok()) << status.error_message() << plugin_->err();
+  EXPECT_FALSE(tenant(init_name).is_null()) << "the init container has not even started";
+  EXPECT_TRUE(tenant(app_name).is_null()) << "made at its own start";
+  std::map<std::string, std::string> mounts;
+  for (const auto& m : app.container_responses(0).mounts())
+    mounts[m.container_path()] = m.host_path();
+  EXPECT_EQ(mounts["/run/fracgpu"], run_dir() + "/pods/" + app_name);
+
+  // The init container starts, runs capped at its 8 GiB, and is still running when the
+  // app container's start is tried: that start is refused, the init container keeps its tenant.
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {0, 1})).ok());
+  Environment env = env_;
+  env["FRACGPU_SOCKET"] = run_dir() + "/pods/" + init_name + "/broker.sock";
+  env["LD_PRELOAD"] = FRACGPU_SHIM_PATH;
+  env["FRACGPU_REAL_DRIVER"] = FRACGPU_FAKECUDA_DIR "/libcuda.so.1";
+  auto holder = std::make_unique<BackgroundProcess>(
+      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(7ull << 30)},
+      env, dir_.path() + "/init-holder");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tenant(init_name)["processes"].empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_FALSE(tenant(init_name)["processes"].empty()) << holder->err();
+  const auto early = pre_start(slice_ids(gpu0_, {0}));
+  EXPECT_EQ(early.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << early.error_message();
+  EXPECT_FALSE(tenant(init_name).is_null());
+
+  // The init container has finished: the app container starts on its own tenant, capped.
+  holder.reset();
+  const auto gone = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!tenant(init_name)["processes"].empty() && std::chrono::steady_clock::now() < gone)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  status = pre_start(slice_ids(gpu0_, {0}));
+  ASSERT_TRUE(status.ok()) << status.error_message() << plugin_->err();
+  EXPECT_TRUE(tenant(init_name).is_null());
+  EXPECT_FALSE(tenant(app_name).is_null());
+  EXPECT_FALSE(tenant(k8s::tenant_name_for(gpu0_, {2, 3})).is_null()) << "the other pod's";
+  ProcessResult r;
+  auto result =
+      run_in_allocation(app.container_responses(0),
+                        {FRACGPU_ALLOC_CLIENT, "fill", "--chunk", std::to_string(64ull << 20)}, r);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(result["info_total"].get<uint64_t>(), 4 * kGiB);
+}
+
+TEST_F(DevicePluginTest, PreStartContainerRefusesIdsItCannotPlan) {
+  const auto status = pre_start({k8s::format_slice_id(gpu0_, 0), k8s::format_slice_id(gpu1_, 0)});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("different GPUs"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(plugin_->running());
 }
 
 TEST_F(DevicePluginTest, RegistersAgainWhenTheKubeletRestarts) {

@@ -4,7 +4,8 @@
 // <plugin-dir>/kubelet.sock through the tests' FakeKubelet (fake_kubelet.h), waits for the
 // plugin's registration(s), dials the endpoint registered for --resource, reads the first
 // ListAndWatch list, asks GetPreferredAllocation for --count of the healthy IDs, calls
-// Allocate with exactly the preferred IDs — the kubelet's order of calls — and prints ONE
+// Allocate with exactly the preferred IDs, then PreStartContainer with them where the plugin's
+// registration asked for it — the kubelet's order of calls — and prints ONE
 // JSON object on stdout:
 //   {"resource", "endpoint", "devices": [healthy IDs], "preferred": [IDs],
 //    "allocate": {"mounts": [{"container_path", "host_path", "read_only"}],
@@ -134,9 +135,13 @@ int main(int argc, char** argv) {
       static_cast<std::size_t>(o.registrations),
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   std::string endpoint, registered;
+  bool pre_start = false;
   for (const auto& r : registrations) {
     registered += (registered.empty() ? "" : ", ") + r.resource_name() + " at " + r.endpoint();
-    if (r.resource_name() == o.resource && endpoint.empty()) endpoint = r.endpoint();
+    if (r.resource_name() == o.resource && endpoint.empty()) {
+      endpoint = r.endpoint();
+      pre_start = r.options().pre_start_required();
+    }
   }
   if (registrations.size() < static_cast<std::size_t>(o.registrations)) {
     fail("timed out after " + std::to_string(o.timeout_s) + " s waiting for " +
@@ -200,6 +205,19 @@ int main(int argc, char** argv) {
   if (response.container_responses_size() != 1) {
     fail("Allocate answered " + std::to_string(response.container_responses_size()) +
          " containers, 1 asked");
+  }
+  // A plugin that asked for it at registration gets PreStartContainer with the container's
+  // IDs, as the kubelet calls it right before it creates the container (which the caller
+  // of this tool does next).
+  if (pre_start) {
+    v1beta1::PreStartContainerRequest request;
+    for (const auto& id : preferred) request.add_devices_ids(id.get<std::string>());
+    v1beta1::PreStartContainerResponse started;
+    grpc::ClientContext context;
+    context.set_deadline(rpc_deadline());
+    const grpc::Status status = stub->PreStartContainer(&context, request, &started);
+    if (!status.ok())
+      fail("PreStartContainer " + preferred.dump() + " failed: " + describe(status));
   }
   const auto& container = response.container_responses(0);
   nlohmann::json mounts = nlohmann::json::array();

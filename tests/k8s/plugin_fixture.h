@@ -173,6 +173,17 @@ class PluginNodeTest : public ::testing::Test {
     return (on ? on : plugin_stub_.get())->Allocate(&context, request, &response);
   }
 
+  // PreStartContainer with the container's IDs, as the kubelet calls it right before it
+  // creates the container (the plugin asks for it at registration).
+  grpc::Status pre_start(const std::vector<std::string>& ids) {
+    v1beta1::PreStartContainerRequest request;
+    for (const auto& id : ids) request.add_devices_ids(id);
+    v1beta1::PreStartContainerResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return plugin_stub_->PreStartContainer(&context, request, &response);
+  }
+
   // The broker's TENANT_STATUS of `name`, or null.
   nlohmann::json tenant(const std::string& name) {
     auto listed = admin_.call({{"op", "list"}});
