@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 
 #include "core/hook_stats.h"
+#include "core/launch_profile.h"
 #include "core/shim_log.h"
 #include "hook_bodies.h"
 #include "reentry_guard.h"
@@ -29,12 +30,25 @@ struct Wrapper;
 template <HookId Id, typename... Args>
 struct Wrapper<Id, CUresult(CUDAAPI*)(Args...)> {
   static CUresult CUDAAPI call(Args... args) noexcept {
+#ifdef FRACGPU_LAUNCH_PROFILE
+    if constexpr (Id == HookId::cuLaunchKernel) {
+      launch_profile::begin();
+      const CUresult rc = hooked(args...);
+      launch_profile::end();
+      return rc;
+    }
+#endif
+    return hooked(args...);
+  }
+  // Inlined into call().
+  __attribute__((always_inline)) static CUresult hooked(Args... args) noexcept {
     ensure_initialized();
     HookStats::count(Id);
     auto real = reinterpret_cast<CUresult(CUDAAPI*)(Args...)>(g_real_functions[hook_index(Id)]);
     if (__builtin_expect(real == nullptr, 0)) return missing_driver_function(Id);
     if (ReentryGuard::inside() || !g_hooks_active) return real(args...);
     ReentryGuard guard;
+    FRACGPU_LAUNCH_MARK(kBody);
     return HookBody<Id>::call(real, args...);
   }
 };

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/hook_catalog.h"
+#include "core/launch_profile.h"
 #include "core/tenant_policies.h"
 #include "tables/hook_kind.h"
 
@@ -55,13 +56,22 @@ struct GatedBody {
   template <typename Real, typename... Args>
   static CUresult call(Real real, Args... args) noexcept {
     TenantPolicies* policies = tenant();
-    if (policies == nullptr) return real(args...);
+    if (policies == nullptr) {
+      FRACGPU_LAUNCH_MARK(kSubmit);
+      const CUresult rc = real(args...);
+      FRACGPU_LAUNCH_MARK(kReal);
+      return rc;
+    }
     constexpr bool per_thread = hook_info(Id).per_thread_stream;
     const CUstream stream = Locator::get(args...);
+    FRACGPU_LAUNCH_MARK(kPolicy);
     // Memory the shim moved to host comes back before anything can touch it.
     auto submit = [&] {
       SwapEngine::Section resident(policies->swap);
-      return real(args...);
+      FRACGPU_LAUNCH_MARK(kSubmit);
+      const CUresult rc = real(args...);
+      FRACGPU_LAUNCH_MARK(kReal);
+      return rc;
     };
     if constexpr (Id == HookId::cuGraphLaunch || Id == HookId::cuGraphLaunch_ptsz) {
       return policies->launch_graph<Locator::kFenced>(std::get<0>(std::tuple<Args...>(args...)),

@@ -28,6 +28,7 @@
 #include "core/driver_calls.h"
 #include "core/grant_gate.h"
 #include "core/inflight_limiter.h"
+#include "core/launch_profile.h"
 #include "core/tenant_link.h"
 
 namespace fracgpu {
@@ -46,8 +47,11 @@ class ComputePolicy {
   template <bool kFenced, typename Call>
   CUresult launch(CUstream stream, bool per_thread_stream, Call&& call) noexcept {
     const int index = before_launch(stream, per_thread_stream);
+    FRACGPU_LAUNCH_MARK(kGated);
     const CUresult rc = call();
+    FRACGPU_LAUNCH_MARK(kSectionLeft);
     if constexpr (kFenced) after_launch(index, stream, per_thread_stream, rc);
+    FRACGPU_LAUNCH_MARK(kCounted);
     return rc;
   }
 
