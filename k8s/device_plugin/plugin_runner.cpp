@@ -42,7 +42,7 @@ PluginRunner::PluginRunner(PluginConfig config)
     settings.socket_path = config_.pod_resources_socket;
     settings.interval = std::chrono::seconds(config_.pod_resources_interval);
     attribution_ = std::make_unique<PodAttributionLoop>(settings, resource_classes(config_),
-                                                        config_.broker_run_dir);
+                                                        config_.broker_run_dir, pending_starts_);
   }
   for (auto& cls : resource_classes(config_)) {
     Endpoint endpoint;

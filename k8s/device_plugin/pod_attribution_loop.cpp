@@ -11,6 +11,7 @@ namespace fracgpu::k8s {
 namespace {
 
 constexpr auto kStopCheck = std::chrono::milliseconds(100);
+constexpr int kGoneAfterReadings = 3;  // gone_tenants.h
 
 RetryPolicy single_attempt() {
   RetryPolicy policy;
@@ -22,11 +23,13 @@ RetryPolicy single_attempt() {
 
 PodAttributionLoop::PodAttributionLoop(PodAttributionSettings settings,
                                        std::vector<ResourceClass> classes,
-                                       std::string broker_run_dir)
+                                       std::string broker_run_dir, const PendingStarts& pending)
     : settings_(std::move(settings)),
       classes_(std::move(classes)),
       kubelet_(settings_.socket_path),
-      broker_(std::move(broker_run_dir), single_attempt()) {}
+      broker_(std::move(broker_run_dir), single_attempt()),
+      pending_(pending),
+      gone_(kGoneAfterReadings, 2 * settings_.interval) {}
 
 void PodAttributionLoop::nudge() {
   std::lock_guard lock(mutex_);
@@ -67,7 +70,6 @@ void PodAttributionLoop::pass() {
   no_problem("kubelet");
   const PodAttribution found = attribute_tenants(*listed, classes_);
   for (const auto& why : found.skipped) spdlog::debug("PodResources: {}", why);
-  if (found.tenants.empty()) return;
   auto tenants = broker_.tenants();
   if (!tenants) {
     problem("broker",
@@ -86,6 +88,19 @@ void PodAttributionLoop::pass() {
     spdlog::info("tenant {} belongs to pod {} (namespace/pod/container)", tenant, describe(pod));
   }
   if (all_updated) no_problem("update");
+  const auto awaiting = [this](const std::string& name) { return pending_.awaiting(name); };
+  for (const std::string& name :
+       gone_.pass(found.tenants, *tenants, awaiting, std::chrono::steady_clock::now())) {
+    auto deleted = broker_.call({{"op", "delete"}, {"name", name}});
+    if (!deleted) {
+      problem("delete",
+              "cannot delete tenant " + name + ", whose container is gone: " + deleted.error());
+      continue;
+    }
+    no_problem("delete");
+    spdlog::info("deleted tenant {}: the kubelet no longer lists its container (pod removed)",
+                 name);
+  }
 }
 
 void PodAttributionLoop::problem(const std::string& kind, const std::string& sentence) {
@@ -110,6 +125,7 @@ void PodAttributionLoop::no_problem(const std::string& kind) {
   if (it == problems_.end()) return;
   spdlog::info("pod attribution: {}", kind == "kubelet"  ? "the kubelet's PodResources API answers"
                                       : kind == "broker" ? "the broker answers again"
+                                      : kind == "delete" ? "the broker deletes gone tenants again"
                                                          : "the broker accepts pod updates again");
   problems_.erase(it);
 }

@@ -6,8 +6,10 @@
 // (a mutex held for an assignment), so it never waits for the kubelet or the broker.
 // Problems are logged once per kind of problem, then again only every ten minutes while
 // they last, and their end is logged once: a node without the API logs one line, not one
-// every ten seconds. Cost: one List and, when any of our containers is listed, one broker
-// "list" per pass; an update only when a tenant's container changed.
+// every ten seconds. After each successful reading the tenants whose containers the kubelet
+// no longer lists are deleted (gone_tenants.h: three readings spanning two intervals). Cost: one
+// List and, when any of our containers is listed, one broker "list" per pass; an update only when a
+// tenant's container changed.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include "device_plugin/broker_admin.h"
+#include "device_plugin/gone_tenants.h"
+#include "device_plugin/pending_starts.h"
 #include "device_plugin/pod_resources_client.h"
 #include "device_plugin/resource_class.h"
 
@@ -35,8 +39,9 @@ struct PodAttributionSettings {
 
 class PodAttributionLoop {
  public:
+  // `pending`: the plugin's containers allocated and not started yet (never deleted).
   PodAttributionLoop(PodAttributionSettings settings, std::vector<ResourceClass> classes,
-                     std::string broker_run_dir);
+                     std::string broker_run_dir, const PendingStarts& pending);
 
   // Passes until `stop` is set (checked at least every 100 ms).
   void run(const std::atomic<bool>& stop);
@@ -54,6 +59,8 @@ class PodAttributionLoop {
   std::vector<ResourceClass> classes_;
   PodResourcesClient kubelet_;
   BrokerAdmin broker_;  // one attempt: the next pass is the retry
+  const PendingStarts& pending_;
+  GoneTenants gone_;
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -155,6 +155,29 @@ TEST_F(PodIdentityPeriodicTest, APodOnlyUpdateNeedsNoAdmission) {
   EXPECT_EQ(tenant(name)["pod"], pod("ml", "survivor", "main"));
 }
 
+// A pod deleted: the kubelet stops listing its container, and its tenant goes (three
+// readings spanning two intervals, gone_tenants.h) once its processes have exited; the
+// other pod's tenant stays. Before issue 29 the tenant stayed until its slices were
+// allocated again.
+TEST_F(PodIdentityPeriodicTest, ATenantWhosePodIsDeletedIsDeleted) {
+  const std::string kept = allocate_for(gpu0_, {2, 3}, "web", "api", "server");
+  const std::string removed = allocate_for(gpu0_, {0, 1}, "ml", "trainer-0", "main");
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {2, 3})).ok());
+  ASSERT_TRUE(pre_start(slice_ids(gpu0_, {0, 1})).ok());
+  ASSERT_EQ(wait_for_pod(removed, pod("ml", "trainer-0", "main")), pod("ml", "trainer-0", "main"));
+  pods().remove_pod("ml", "trainer-0");
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + std::chrono::seconds(10);
+  while (!tenant(removed).is_null() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(tenant(removed).is_null()) << plugin_->err();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::seconds(2))
+      << "not before two intervals";
+  EXPECT_NE(plugin_->err().find("deleted tenant " + removed), std::string::npos);
+  EXPECT_FALSE(tenant(kept).is_null());
+  EXPECT_TRUE(plugin_->running());
+}
+
 // No PodResources API at all (the hostPath not mounted, or an old kubelet).
 class NoPodResourcesTest : public PluginNodeTest {
  protected:
