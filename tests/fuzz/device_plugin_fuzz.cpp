@@ -10,7 +10,11 @@
 //  Allocate  refusals are "fracgpu: <sentence>"; an answer has one response per
 //            container, the shim, preload and tenant directory mounted read-only (the
 //            directory the broker's, under its run directory), the GPU one of the
-//            node's, and the tenant it names served by the broker, within admission;
+//            node's, and the tenant it names served by the broker, within admission
+//            (unless another container of the request shares its slices: then it may
+//            wait for its start);
+//  PreStartContainer, for each container in order: a refusal with its sentence, or
+//            the container's tenant served;
 //  Preferred exactly min(size, distinct candidates) distinct IDs, all of must_include
 //            among them, nothing that was not offered, and all on one GPU when nothing
 //            is pinned and one GPU can hold the request (best fit).
@@ -44,7 +48,18 @@ struct Harness {
   k8s::BrokerAdmin broker{backend.run_dir().string(), k8s::RetryPolicy{.attempts = 1}};
   k8s::PluginConfig config;
   k8s::SliceInventory inventory;
+  // Each input starts with no container allocated and none started: a fresh set of marks
+  // (pending_starts.h) and the services that share it.
+  std::unique_ptr<k8s::PendingStarts> pending;
   std::vector<std::unique_ptr<k8s::DevicePluginService>> services;
+
+  void fresh_services() {
+    services.clear();
+    pending = std::make_unique<k8s::PendingStarts>();
+    for (auto& cls : k8s::resource_classes(config))
+      services.push_back(
+          std::make_unique<k8s::DevicePluginService>(config, cls, inventory, broker, *pending));
+  }
 
   Harness() {
     if (auto s = server.listen(backend.run_dir() / "admin.sock"); !s) fuzz::fail(s.error());
@@ -54,9 +69,7 @@ struct Harness {
     config.besteffort_slices = 4;
     if (auto s = k8s::validate(config); !s) fuzz::fail(s.error());
     if (!inventory.refresh(broker)) fuzz::fail("the plugin cannot read the broker's GPUs");
-    for (auto& cls : k8s::resource_classes(config))
-      services.push_back(
-          std::make_unique<k8s::DevicePluginService>(config, cls, inventory, broker));
+    fresh_services();
   }
 };
 
@@ -65,12 +78,13 @@ Harness& harness() {
   return *h;
 }
 
-// Whether a container after the i-th holds a slice the i-th holds.
-bool overlapped_later(const v1beta1::AllocateRequest& request, int i) {
+// Whether another container of the request holds a slice the i-th holds.
+bool overlapped(const v1beta1::AllocateRequest& request, int i) {
   std::set<std::pair<std::string, int>> mine;
   for (const auto& id : request.container_requests(i).devices_ids())
     if (auto s = k8s::parse_slice_id(id)) mine.insert({s->gpu_uuid, s->index});
-  for (int j = i + 1; j < request.container_requests_size(); ++j) {
+  for (int j = 0; j < request.container_requests_size(); ++j) {
+    if (j == i) continue;
     for (const auto& id : request.container_requests(j).devices_ids()) {
       auto s = k8s::parse_slice_id(id);
       if (s && mine.count({s->gpu_uuid, s->index})) return true;
@@ -107,10 +121,29 @@ void allocate(Harness& h, const v1beta1::AllocateRequest& request) {
     FUZZ_CHECK(response.container_responses_size() == request.container_requests_size(),
                "not one response per container");
     for (int i = 0; i < response.container_responses_size(); ++i) {
-      // A later container of the request holding some of the same slices may have had
-      // this one's tenant deleted as stale (ensure_tenant): only the others must be served.
-      const bool superseded = overlapped_later(request, i);
-      check_container(h, response.container_responses(i), !superseded);
+      // A container whose slices another container of the request holds too may wait for
+      // its tenant until its start (ensure_tenant: deferred behind a holder not started
+      // yet): only the others must be served now.
+      check_container(h, response.container_responses(i), !overlapped(request, i));
+    }
+    h.backend.check_books();
+    // The containers start in order, as the kubelet starts a pod's (init containers
+    // first): PreStartContainer either refuses with a sentence or leaves the container's
+    // tenant served.
+    for (int i = 0; i < request.container_requests_size(); ++i) {
+      v1beta1::PreStartContainerRequest start;
+      *start.mutable_devices_ids() = request.container_requests(i).devices_ids();
+      v1beta1::PreStartContainerResponse started;
+      const grpc::Status s = service->PreStartContainer(nullptr, &start, &started);
+      if (!s.ok()) {
+        FUZZ_CHECK(s.error_message().rfind("fracgpu: ", 0) == 0 && s.error_message().size() > 9,
+                   "a refused start without its sentence: " + s.error_message());
+        continue;
+      }
+      const std::string tenant =
+          response.container_responses(i).annotations().at("fracgpu.io/tenant");
+      FUZZ_CHECK(h.backend.registry().find(tenant) != nullptr,
+                 "tenant " + tenant + " is not served after its container's start");
     }
     h.backend.check_books();
   }
@@ -176,5 +209,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   v1beta1::PreferredAllocationRequest preferred_request;
   if (preferred_request.ParseFromArray(data, length)) prefer(h, preferred_request);
   h.backend.reset();
+  h.fresh_services();
   return 0;
 }

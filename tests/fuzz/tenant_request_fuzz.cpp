@@ -7,7 +7,8 @@
 // connection on a node with two tenants: "t" (the caller's: GPU 0 and GPU 1, swap
 // allowed on GPU 0) and "u" (a neighbour guaranteed half of GPU 0). Checked: replies are
 // well formed and never thrown; a registration names a watched slot and passes a
-// read-write descriptor of the ledger, a view a read-only one; every grant stays in
+// read-write descriptor of the ledger, a view a read-only one (and, t having owners, a
+// read-only descriptor of its 0600 quota with either, as announced); every grant stays in
 // [request, limit], no GPU's grants add up to more than its capacity, and no connection
 // leaves a descriptor open.
 // Seeds: corpus/tenant_request/ (what libfracgpu.so sends).
@@ -150,9 +151,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       FUZZ_CHECK(mode == (request["op"] == "view" ? O_RDONLY : O_RDWR),
                  "the ledger descriptor of a " + request["op"].dump() + " has the wrong access");
     }
-    if (peer.pending_fd >= 0) {  // LineServer sends it with the reply, then closes it
+    // A host tenant's quota (t has owners) comes as a second, read-only descriptor.
+    FUZZ_CHECK((reply["ok"] == true && reply.contains("quota_fd")) == (peer.pending_second_fd >= 0),
+               "a quota descriptor the reply does not announce, or the other way round");
+    if (peer.pending_second_fd >= 0)
+      FUZZ_CHECK((::fcntl(peer.pending_second_fd, F_GETFL) & O_ACCMODE) == O_RDONLY,
+                 "a writable quota descriptor");
+    if (peer.pending_fd >= 0) {  // LineServer sends them with the reply, then closes them
       ::close(peer.pending_fd);
       peer.pending_fd = -1;
+    }
+    if (peer.pending_second_fd >= 0) {
+      ::close(peer.pending_second_fd);
+      peer.pending_second_fd = -1;
     }
     check_grants(h);
   }
