@@ -34,19 +34,40 @@ std::vector<std::string> env_strings(const Environment& env) {
   return out;
 }
 
-// In the child: exec argv with env (as `as`, when given); never returns.
-[[noreturn]] void exec_child(const std::vector<std::string>& argv, const Environment& env,
-                             const std::optional<RunAs>& as) {
-  std::vector<std::string> args = argv, envs = env_strings(env);
-  auto arg_ptrs = c_strings(args);
-  auto env_ptrs = c_strings(envs);
+// What a child execs, built in the PARENT: between fork() and exec the child of a
+// multi-threaded test process (gRPC servers, the fake kubelet) may only make
+// async-signal-safe calls. Allocating there deadlocked now and then under AddressSanitizer,
+// whose allocator lock another thread held at the fork (the child asleep in a futex, no
+// exec, an empty log: 2026-12-07, tests/k8s); glibc's own malloc resets its locks at fork,
+// ASan's does not.
+struct ExecImage {
+  std::vector<std::string> args, envs;
+  std::vector<char*> arg_ptrs, env_ptrs;
+  ExecImage(const std::vector<std::string>& argv, const Environment& env)
+      : args(argv), envs(env_strings(env)) {
+    arg_ptrs = c_strings(args);
+    env_ptrs = c_strings(envs);
+  }
+};
+
+void write_stderr(const char* text) {
+  (void)!::write(2, text, strlen(text));
+}
+
+// In the child: exec the image (as `as`, when given); never returns. Async-signal-safe only.
+[[noreturn]] void exec_child(ExecImage& image, const std::optional<RunAs>& as) {
   setpgid(0, 0);
   if (as && (setgroups(0, nullptr) != 0 || setgid(as->gid) != 0 || setuid(as->uid) != 0)) {
-    dprintf(2, "cannot switch to uid %u gid %u: %s\n", as->uid, as->gid, strerror(errno));
+    write_stderr("cannot switch to the test user's uid and gid\n");
     _exit(126);
   }
-  execvpe(arg_ptrs[0], arg_ptrs.data(), env_ptrs.data());
-  dprintf(2, "exec %s failed: %s\n", arg_ptrs[0], strerror(errno));
+  if (strchr(image.arg_ptrs[0], '/') != nullptr)
+    execve(image.arg_ptrs[0], image.arg_ptrs.data(), image.env_ptrs.data());
+  else
+    execvpe(image.arg_ptrs[0], image.arg_ptrs.data(), image.env_ptrs.data());
+  write_stderr("exec failed: ");
+  write_stderr(image.arg_ptrs[0]);
+  write_stderr("\n");
   _exit(127);
 }
 
@@ -80,11 +101,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
   ProcessResult result;
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return result;
+  ExecImage image(argv, env);
   pid_t pid = fork();
   if (pid == 0) {
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
-    exec_child(argv, env, as);
+    exec_child(image, as);
   }
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -126,13 +148,14 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
 BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv, const Environment& env,
                                      const std::string& log_prefix, std::optional<RunAs> as)
     : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
+  ExecImage image(argv, env);
   pid_ = fork();
   if (pid_ == 0) {
     int out = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(out, 1);
     dup2(err, 2);
-    exec_child(argv, env, as);
+    exec_child(image, as);
   }
 }
 

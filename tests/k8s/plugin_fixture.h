@@ -137,22 +137,13 @@ class PluginNodeTest : public ::testing::Test {
     expected_registrations_ += static_cast<std::size_t>(registrations_per_start_);
     auto registrations =
         kubelet_->registration().wait_for(expected_registrations_, std::chrono::seconds(10));
-    // Under AddressSanitizer only, now and then (5 times in 3 runs of the suite, 2026-12-07),
-    // a plugin started here never registers and writes nothing: not reproduced in 48 runs
-    // of the same tests, cause unknown (docs/reliability.md, "Sanitizers"). The process's
-    // state is written to the test's output for the next look, and the kubelet stand-in and
-    // the plugin are started once more: a plugin that fails twice fails the test.
-    if (registrations.size() != expected_registrations_) {
+    // A plugin that has not registered: its state goes to the test's output. (Under ASan a
+    // child of this multi-threaded process used to hang between fork and exec, asleep in a
+    // futex with an empty log, in malloc: child_process.cpp now builds everything before
+    // fork. The state line is what showed it.)
+    if (registrations.size() != expected_registrations_)
       std::cerr << "plugin_fixture: no registration within 10 s; " << process_state(plugin_->pid())
-                << "; log: \"" << plugin_->err()
-                << "\"; starting the kubelet and the plugin again\n";
-      plugin_->kill_and_reap();
-      kubelet_->restart();
-      plugin_ = std::make_unique<BackgroundProcess>(
-          argv, env, dir_.path() + "/plugin-" + std::to_string(++plugin_starts_));
-      registrations =
-          kubelet_->registration().wait_for(expected_registrations_, std::chrono::seconds(30));
-    }
+                << "\n";
     ASSERT_EQ(registrations.size(), expected_registrations_) << "no registration; plugin log:\n"
                                                              << plugin_->err();
     stubs_.clear();
