@@ -77,14 +77,9 @@ class BrokerFixture : public ShimFixture {
   }
 
   // The tenant's ledger (<run>/ledgers/<name>, the broker's uid only), mapped read-only.
-  const TenantLedger* ledger(const std::string& name) {
-    const std::string path = client::ledger_path(run_dir(), name);
-    int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) return nullptr;
-    void* p = mmap(nullptr, sizeof(TenantLedger), PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    return p == MAP_FAILED ? nullptr : static_cast<const TenantLedger*>(p);
-  }
+  const TenantLedger* ledger(const std::string& name) { return map_ledger(name, false); }
+  // The same mapped writable, as the tenant's own processes map it (a forger's view).
+  TenantLedger* writable_ledger(const std::string& name) { return map_ledger(name, true); }
 
   // Polls until `predicate` holds or `limit` passes; returns the time it took.
   template <typename Predicate>
@@ -98,6 +93,19 @@ class BrokerFixture : public ShimFixture {
   }
 
   std::vector<std::string> extra_broker_args_;  // flags of the next start_broker()
+
+ private:
+  TenantLedger* map_ledger(const std::string& name, bool writable) {
+    const std::string path = client::ledger_path(run_dir(), name);
+    const int fd = open(path.c_str(), writable ? O_RDWR : O_RDONLY);
+    if (fd < 0) return nullptr;
+    void* p = mmap(nullptr, sizeof(TenantLedger), writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                   MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? nullptr : static_cast<TenantLedger*>(p);
+  }
+
+ protected:
   TempDir dir_{"broker"};
   client::BrokerProcess broker_;
   int broker_starts_ = 0;

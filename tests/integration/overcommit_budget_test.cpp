@@ -37,14 +37,19 @@ class OvercommitBudget : public OvercommitFixture {
     for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   }
-  // The tenant's ledger mapped writable, as its own processes map it (a forger's view).
-  TenantLedger* writable_ledger(const std::string& name) {
-    const std::string path = client::ledger_path(run_dir(), name);
-    const int fd = ::open(path.c_str(), O_RDWR);
-    if (fd < 0) return nullptr;
-    void* map = ::mmap(nullptr, sizeof(TenantLedger), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    return map == MAP_FAILED ? nullptr : static_cast<TenantLedger*>(map);
+  // The forger: tenant "forger" (`memory`, `request`) with one process holding 2 MiB beside
+  // its context, ready when it returns (or the test has failed).
+  std::unique_ptr<BackgroundProcess> start_forger(const std::string& memory,
+                                                  const std::string& request) {
+    tenant("forger", memory, request);
+    auto writer = std::make_unique<BackgroundProcess>(
+        std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2 * kMiB)},
+        tenant_env("forger"), file("forger-hold"));
+    EXPECT_EQ(writer->wait_until_ready(
+                  [&] { return writer->out().find("\"holding\"") != std::string::npos; },
+                  std::chrono::seconds(15)),
+              "");
+    return writer;
   }
   // The Live slot of `pid` (kMaxProcesses: none).
   static uint32_t slot_of(const TenantLedger& l, int pid) {
@@ -164,14 +169,8 @@ TEST_F(OvercommitBudget, AForgedSwappedCounterMovesNoOtherTenantNorSurvivesExitO
   const uint64_t holds = kBorrowed + kContext;  // 1088 MiB
   // The forger: 128 MiB guaranteed (so that it borrows nothing), one process holding 2 MiB
   // beside its context, never asked to move anything.
-  tenant("forger", "128MiB", "128MiB");
-  auto writer = std::make_unique<BackgroundProcess>(
-      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2 * kMiB)},
-      tenant_env("forger"), file("forger-hold"));
-  ASSERT_EQ(writer->wait_until_ready(
-                [&] { return writer->out().find("\"holding\"") != std::string::npos; },
-                std::chrono::seconds(15)),
-            "");
+  auto writer = start_forger("128MiB", "128MiB");
+  ASSERT_FALSE(HasFailure());
   TenantLedger* lf = writable_ledger("forger");
   ASSERT_NE(lf, nullptr);
   const uint32_t slot = slot_of(*lf, writer->pid());
@@ -260,14 +259,8 @@ TEST_F(OvercommitBudget, AConsistentlyForgedUsedCounterRaisesNoGrantAndMovesNoOt
   ASSERT_FALSE(HasFailure());
   const TenantLedger* lb = ledger("borrower");
   ASSERT_NE(lb, nullptr);
-  tenant("forger", "2GiB", "128MiB");
-  auto writer = std::make_unique<BackgroundProcess>(
-      std::vector<std::string>{FRACGPU_ALLOC_CLIENT, "hold", "--bytes", std::to_string(2 * kMiB)},
-      tenant_env("forger"), file("forger-hold"));
-  ASSERT_EQ(writer->wait_until_ready(
-                [&] { return writer->out().find("\"holding\"") != std::string::npos; },
-                std::chrono::seconds(15)),
-            "");
+  auto writer = start_forger("2GiB", "128MiB");
+  ASSERT_FALSE(HasFailure());
   TenantLedger* lf = writable_ledger("forger");
   ASSERT_NE(lf, nullptr);
   const uint32_t slot = slot_of(*lf, writer->pid());
