@@ -15,11 +15,25 @@
 #   by a file ctest includes after the discovered tests, from their TEST_LIST.)
 #   In a sanitizer build a target whose tests are all `timing` (TIMING "*") is left out of
 #   `all` and registers nothing: the sanitizer job would build it only to run none of it.
+#   So is a target none of whose LABELS is in FRACGPU_SANITIZER_LABELS, when that is set
+#   (tools/ci_sanitizers.sh sets it for the ThreadSanitizer job, which runs only those labels).
 function(fracgpu_discover_tests target)
   cmake_parse_arguments(ARG "" "TIMING" "LABELS;PROPERTIES" ${ARGN})
   if(FRACGPU_SANITIZE AND ARG_TIMING STREQUAL "*")
     set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL TRUE)
     return()
+  endif()
+  if(FRACGPU_SANITIZE AND FRACGPU_SANITIZER_LABELS)
+    set(in_scope FALSE)
+    foreach(label IN LISTS ARG_LABELS)
+      if(label IN_LIST FRACGPU_SANITIZER_LABELS)
+        set(in_scope TRUE)
+      endif()
+    endforeach()
+    if(NOT in_scope)
+      set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+      return()
+    endif()
   endif()
   if(NOT ARG_TIMING)
     gtest_discover_tests(${target} PROPERTIES LABELS "${ARG_LABELS}" ${ARG_PROPERTIES} DISCOVERY_TIMEOUT 30)

@@ -66,9 +66,9 @@ ctest_jobs=${CTEST_JOBS:-4}
 timeout=${FRACGPU_CTEST_TIMEOUT:-300}
 unity=${FRACGPU_SANITIZER_UNITY:-ON}
 
-configure() {  # dir sanitize
+configure() {  # dir sanitize labels
   mkdir -p "$1"
-  cmake -S . -B "$1" -G Ninja -DFRACGPU_SANITIZE="$2" -DCMAKE_BUILD_TYPE=Debug \
+  cmake -S . -B "$1" -G Ninja -DFRACGPU_SANITIZE="$2" -DFRACGPU_SANITIZER_LABELS="$3" -DCMAKE_BUILD_TYPE=Debug \
         -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" -DCMAKE_C_FLAGS_DEBUG="-Og -g1" \
         -DCMAKE_UNITY_BUILD="$unity" -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DFRACGPU_UNITY_SEPARATE_EXTRA= \
         -DFRACGPU_WERROR=ON -DFRACGPU_BUILD_BENCH=OFF >"$1/configure.log" ||
@@ -132,13 +132,22 @@ reports_in_output() {  # build dir
 }
 
 run_one() {  # name dir sanitize
-  local name=$1 dir=$2 san=$3 start reports_dir rc=0 supp
+  local name=$1 dir=$2 san=$3 start reports_dir rc=0 supp labels select
   shift 3
   start=$(date +%s)
+  # What each job runs (the header says why): ThreadSanitizer the labels whose subject is
+  # instrumented and threaded, and builds only their programs; ASan+UBSan every label but
+  # the benchmarks'.
+  case $name in
+    thread) labels="unit;broker;fakecuda;k8s;monitoring"
+            select=(-L "^(${labels//;/|})\$" -LE 'timing|gpu') ;;
+    address) labels=""
+             select=(-LE 'timing|gpu|bench') ;;
+  esac
   # (`|| return`: run_one runs in an `||` list, where set -e does not apply.)
   if [[ -z ${FRACGPU_SANITIZERS_NO_BUILD:-} ]]; then
     echo "ci_sanitizers: $name: configure and build $dir (unity $unity)"
-    configure "$dir" "$san" || return 1
+    configure "$dir" "$san" "$labels" || return 1
     build "$dir" || return 1
   fi
   local built=$(($(date +%s) - start))
@@ -159,18 +168,27 @@ run_one() {  # name dir sanitize
            UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports_dir/ubsan")
       ;;
   esac
-  echo "ci_sanitizers: $name: ctest ($(ctest --test-dir "$dir" -N -LE 'timing|gpu' | tail -1))"
+  echo "ci_sanitizers: $name: ctest ${select[*]} ($(ctest --test-dir "$dir" -N "${select[@]}" | tail -1))"
   env "${env[@]}" ctest --test-dir "$dir" --output-on-failure -j"$ctest_jobs" --timeout "$timeout" \
-      --repeat until-pass:2 -LE 'timing|gpu' "$@" || rc=1
+      --repeat until-pass:2 "${select[@]}" "$@" 2>&1 | tee "$dir/ctest.log" || rc=1
+  # ctest's list of failed tests, kept for the summary at the end of the whole run.
+  sed -n '/^The following tests FAILED/,$p' "$dir/ctest.log" >"$dir/ctest-failed.txt" || true
   if ! reports "$reports_dir"; then
     echo "ci_sanitizers: $name: sanitizer reports above" >&2
     rc=1
   fi
   reports_in_output "$dir" || rc=1
-  echo "ci_sanitizers: $name: built in ${built} s, tested in $(($(date +%s) - start - built)) s," \
-       "$([[ $rc == 0 ]] && echo clean || echo FAILED)"
+  local verdict="ci_sanitizers: $name: built in ${built} s, tested in $(($(date +%s) - start - built)) s,"
+  verdict+=" $([[ $rc == 0 ]] && echo clean || echo FAILED)"
+  [[ ! -s $dir/ctest-failed.txt ]] || verdict+=$'\n'"$(cat "$dir/ctest-failed.txt")"
+  summary+=("$verdict")
+  echo "$verdict"
   return $rc
 }
+# Each job's verdict, printed again at the end: a failure of the first job stays in the
+# log's tail after the second job's output.
+summary=()
+trap 'printf "%s\n" "${summary[@]}"' EXIT
 
 status=0
 case $which in

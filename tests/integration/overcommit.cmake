@@ -47,7 +47,7 @@ if(TARGET fracgpu-broker AND TARGET fracgpu_cli)
     FRACGPU_TEST_SHIM="${CMAKE_BINARY_DIR}/lib/libfracgpu.so"
     FRACGPU_TEST_SPIN_CLIENT="${CMAKE_BINARY_DIR}/bin/fracgpu-spin-client")
   add_dependencies(fracgpu_overcommit_cli_tests fracgpu-broker fracgpu_cli fakecuda fracgpu)
-  gtest_discover_tests(fracgpu_overcommit_cli_tests PROPERTIES LABELS integration DISCOVERY_TIMEOUT 30)
+  fracgpu_discover_tests(fracgpu_overcommit_cli_tests LABELS integration)
 endif()
 
 if(TARGET fracgpu-broker AND TARGET fracgpu_cli AND TARGET fracgpu_expandable_client)
