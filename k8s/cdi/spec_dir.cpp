@@ -60,18 +60,18 @@ Result<SpecDir> SpecDir::open(const std::string& dir, const std::string& kind) {
   if (auto valid = validate_kind(kind); !valid) return R::failure(valid.error());
   if (dir.empty() || dir.front() != '/')
     return R::failure("the CDI directory \"" + dir + "\" is not an absolute path");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec && !std::filesystem::is_directory(dir))
-    return R::failure("cannot create the CDI directory " + dir + ": " + ec.message());
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0)
-    return R::failure("the CDI directory " + dir + ": " + errno_text());
-  if (!S_ISDIR(st.st_mode))
-    return R::failure("the CDI directory " + dir + " is not a directory");
+  if (::stat(dir.c_str(), &st) != 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return R::failure("cannot create the CDI directory " + dir + ": " + ec.message());
+    if (::stat(dir.c_str(), &st) != 0)
+      return R::failure("the CDI directory " + dir + ": " + errno_text());
+  }
+  if (!S_ISDIR(st.st_mode)) return R::failure("the CDI directory " + dir + " is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return R::failure("the CDI directory " + dir + " is not writable by the device plugin: " +
-                      errno_text());
+    return R::failure("the CDI directory " + dir +
+                      " is not writable by the device plugin: " + errno_text());
   return SpecDir(dir, kind);
 }
 
@@ -87,8 +87,8 @@ Result<std::string> SpecDir::write(const std::string& device, const ContainerEdi
   // Ends in ".tmp": a runtime scanning the directory meanwhile skips it.
   std::string temp = dir_ + "/." + spec_file_name(kind_, device) + ".XXXXXX.tmp";
   const int fd = ::mkostemps(temp.data(), 4, O_CLOEXEC);
-  if (fd < 0) return R::failure("cannot create a file in the CDI directory " + dir_ + ": " +
-                                errno_text());
+  if (fd < 0)
+    return R::failure("cannot create a file in the CDI directory " + dir_ + ": " + errno_text());
   const std::string text = spec->dump(2) + "\n";
   // mkstemp makes 0600; runtimes may read the spec as any user.
   const bool ok = write_all(fd, text) && ::fchmod(fd, 0644) == 0 && ::fsync(fd) == 0;

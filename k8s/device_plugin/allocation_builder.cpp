@@ -230,7 +230,8 @@ cdi::ContainerEdits container_edits(const AllocationPlan& plan, const std::strin
   // then gets EROFS for any write there.
   edits.mounts.push_back({tenant_dir, kContainerRunDir, true});
   edits.env.emplace_back("NVIDIA_VISIBLE_DEVICES", plan.gpu.uuid);
-  edits.env.emplace_back("FRACGPU_SOCKET", paths::kDefaultTenantSocket);  // kContainerRunDir/broker.sock
+  edits.env.emplace_back("FRACGPU_SOCKET",
+                         paths::kDefaultTenantSocket);  // kContainerRunDir/broker.sock
   return edits;
 }
 

@@ -32,7 +32,6 @@ Status publish_cdi_device(const cdi::SpecDir& dir, CdiMode mode, const Allocatio
 // Removes the specs of tenants the broker does not list (spec_dir.h's rule: only those
 // written before the listing began). Returns the tenants whose specs were removed; an error
 // when the broker cannot be asked (nothing is removed then) or a file cannot be removed.
-Result<std::vector<std::string>> sync_cdi_specs(const cdi::SpecDir& dir,
-                                                const BrokerAdmin& broker);
+Result<std::vector<std::string>> sync_cdi_specs(const cdi::SpecDir& dir, const BrokerAdmin& broker);
 
 }  // namespace fracgpu::k8s

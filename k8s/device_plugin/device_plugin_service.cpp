@@ -108,8 +108,8 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
     auto* container_response = response->add_container_responses();
     fill_container_response(*plan, ensured->dir, config_, *container_response);
     if (cdi_ != nullptr) {
-      if (auto published = publish_cdi_device(*cdi_, config_.cdi_mode, *plan, ensured->dir,
-                                              config_, container_response);
+      if (auto published = publish_cdi_device(*cdi_, config_.cdi_mode, *plan, ensured->dir, config_,
+                                              container_response);
           !published) {
         spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, published.error());
         return {grpc::StatusCode::FAILED_PRECONDITION, "fracgpu: " + published.error()};

@@ -29,8 +29,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
   DevicePluginService(const PluginConfig& config, ResourceClass cls, SliceInventory& inventory,
                       const BrokerAdmin& broker, PendingStarts& pending,
-                      std::function<void()> on_allocated = {},
-                      const cdi::SpecDir* cdi = nullptr)
+                      std::function<void()> on_allocated = {}, const cdi::SpecDir* cdi = nullptr)
       : config_(config),
         class_(std::move(cls)),
         inventory_(inventory),

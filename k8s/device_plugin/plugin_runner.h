@@ -74,8 +74,8 @@ class PluginRunner {
   PluginConfig config_;
   std::optional<cdi::SpecDir> cdi_;  // set by run() unless --cdi off
   std::string last_cdi_problem_;     // logged once until it changes
-  BrokerAdmin broker_;        // Allocate: retries while the broker restarts
-  BrokerAdmin health_probe_;  // health polls: one attempt, the next poll is the retry
+  BrokerAdmin broker_;               // Allocate: retries while the broker restarts
+  BrokerAdmin health_probe_;         // health polls: one attempt, the next poll is the retry
   SliceInventory inventory_;
   PendingStarts pending_starts_;                     // every class's Allocates and container starts
   std::unique_ptr<PodAttributionLoop> attribution_;  // null when turned off

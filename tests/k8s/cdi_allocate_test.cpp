@@ -131,11 +131,10 @@ TEST_F(CdiOnlyTest, AllocateReturnsTheCdiNameAloneAndTheSpecHoldsTheEdits) {
   EXPECT_EQ(c.cdi_devices(0).name(), "fracgpu.io/gpu-slice=" + tenant);
   const auto spec = read_json(spec_path(cdi_dir(), tenant));
   ASSERT_TRUE(spec.is_object());
-  EXPECT_EQ(spec_mounts(spec),
-            (std::set<std::tuple<std::string, std::string, bool>>{
-                {shim_host_path_, "/usr/local/fracgpu/lib/libfracgpu.so", true},
-                {preload_host_path_, "/etc/ld.so.preload", true},
-                {run_dir() + "/pods/" + tenant, "/run/fracgpu", true}}));
+  EXPECT_EQ(spec_mounts(spec), (std::set<std::tuple<std::string, std::string, bool>>{
+                                   {shim_host_path_, "/usr/local/fracgpu/lib/libfracgpu.so", true},
+                                   {preload_host_path_, "/etc/ld.so.preload", true},
+                                   {run_dir() + "/pods/" + tenant, "/run/fracgpu", true}}));
   EXPECT_EQ(spec_envs(spec), (std::set<std::string>{"NVIDIA_VISIBLE_DEVICES=" + gpu0_,
                                                     "FRACGPU_SOCKET=/run/fracgpu/broker.sock"}));
 }

@@ -29,9 +29,9 @@ constexpr const char* kTenant = "s-3fa01c22-c";
 cdi::ContainerEdits sample_edits(const std::string& tenant_dir = "/run/fracgpu/pods/s-1") {
   cdi::ContainerEdits edits;
   edits.env = {{"NVIDIA_VISIBLE_DEVICES", "GPU-1"}, {"FRACGPU_SOCKET", "/run/fracgpu/broker.sock"}};
-  edits.mounts = {{"/var/lib/fracgpu/lib/libfracgpu.so", "/usr/local/fracgpu/lib/libfracgpu.so",
-                   true},
-                  {tenant_dir, "/run/fracgpu", true}};
+  edits.mounts = {
+      {"/var/lib/fracgpu/lib/libfracgpu.so", "/usr/local/fracgpu/lib/libfracgpu.so", true},
+      {tenant_dir, "/run/fracgpu", true}};
   return edits;
 }
 
@@ -112,9 +112,9 @@ TEST(CdiSpec, NamesKindsAndEditsOutsideTheSpecAreRefusedClearly) {
 TEST(CdiSpec, FileNamesRoundTripAndOtherWritersFilesAreNotOurs) {
   EXPECT_EQ(cdi::spec_file_name(kCdiKind, kTenant), "fracgpu.io-gpu-slice_s-3fa01c22-c.json");
   EXPECT_EQ(cdi::device_of_file(kCdiKind, "fracgpu.io-gpu-slice_s-3fa01c22-c.json"), kTenant);
-  for (const char* other :
-       {"nvidia.com-gpu.json", "fracgpu.io-gpu-slice_.json", ".fracgpu.io-gpu-slice_s-1.json.Ab12.tmp",
-        "fracgpu.io-gpu-slice_s-1.yaml", "fracgpu.io-gpu-slice_s-1.json~"})
+  for (const char* other : {"nvidia.com-gpu.json", "fracgpu.io-gpu-slice_.json",
+                            ".fracgpu.io-gpu-slice_s-1.json.Ab12.tmp",
+                            "fracgpu.io-gpu-slice_s-1.yaml", "fracgpu.io-gpu-slice_s-1.json~"})
     EXPECT_EQ(cdi::device_of_file(kCdiKind, other), "") << other;
 }
 
@@ -168,7 +168,8 @@ TEST(CdiSpecDir, AWriteReplacesTheFileWholeWithMode0644AndLeavesNoTemporaryFile)
   ASSERT_TRUE(dir) << dir.error();
   auto small = sample_edits();
   auto large = sample_edits();
-  for (int i = 0; i < 200; ++i) large.env.emplace_back("PAD" + std::to_string(i), std::string(40, 'x'));
+  for (int i = 0; i < 200; ++i)
+    large.env.emplace_back("PAD" + std::to_string(i), std::string(40, 'x'));
   ASSERT_TRUE(dir->write(kTenant, small));
   struct stat st {};
   ASSERT_EQ(::stat(dir->path_of(kTenant).c_str(), &st), 0);
@@ -268,11 +269,11 @@ TEST(CdiPublisher, AFailedWriteFailsOnlyTheOnlyMode) {
   PluginConfig config;
   const AllocationPlan plan = sample_plan();
   v1beta1::ContainerAllocateResponse response;
-  EXPECT_TRUE(publish_cdi_device(*dir, CdiMode::both, plan, "/run/x/" + plan.tenant, config,
-                                 &response));
+  EXPECT_TRUE(
+      publish_cdi_device(*dir, CdiMode::both, plan, "/run/x/" + plan.tenant, config, &response));
   EXPECT_EQ(response.cdi_devices_size(), 0) << "no name for a spec that is not there";
-  auto only = publish_cdi_device(*dir, CdiMode::only, plan, "/run/x/" + plan.tenant, config,
-                                 &response);
+  auto only =
+      publish_cdi_device(*dir, CdiMode::only, plan, "/run/x/" + plan.tenant, config, &response);
   ASSERT_FALSE(only);
   EXPECT_NE(only.error().find("cannot create a file in the CDI directory"), std::string::npos);
 }
