@@ -220,25 +220,35 @@ std::string host_files_problem(const PluginConfig& config) {
   return "";
 }
 
-void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
-                             const PluginConfig& config,
-                             v1beta1::ContainerAllocateResponse& response) {
-  auto add_mount = [&](const std::string& host, const std::string& container, bool read_only) {
-    auto* mount = response.add_mounts();
-    mount->set_host_path(host);
-    mount->set_container_path(container);
-    mount->set_read_only(read_only);
-  };
-  add_mount(config.shim_host_path, kContainerShimPath, true);
-  add_mount(config.preload_host_path, kContainerPreloadPath, true);
+cdi::ContainerEdits container_edits(const AllocationPlan& plan, const std::string& tenant_dir,
+                                    const PluginConfig& config) {
+  cdi::ContainerEdits edits;
+  edits.mounts.push_back({config.shim_host_path, kContainerShimPath, true});
+  edits.mounts.push_back({config.preload_host_path, kContainerPreloadPath, true});
   // Read-only: connect(2) to a socket needs no write access to the mount, the quota is
   // only read, and the ledger comes as a descriptor; a root process in the container
   // then gets EROFS for any write there.
-  add_mount(tenant_dir, kContainerRunDir, true);
+  edits.mounts.push_back({tenant_dir, kContainerRunDir, true});
+  edits.env.emplace_back("NVIDIA_VISIBLE_DEVICES", plan.gpu.uuid);
+  edits.env.emplace_back("FRACGPU_SOCKET",
+                         paths::kDefaultTenantSocket);  // kContainerRunDir/broker.sock
+  return edits;
+}
 
-  auto& envs = *response.mutable_envs();
-  envs["NVIDIA_VISIBLE_DEVICES"] = plan.gpu.uuid;
-  envs["FRACGPU_SOCKET"] = paths::kDefaultTenantSocket;  // kContainerRunDir/broker.sock
+void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
+                             const PluginConfig& config,
+                             v1beta1::ContainerAllocateResponse& response) {
+  if (config.cdi_mode != CdiMode::only) {
+    const cdi::ContainerEdits edits = container_edits(plan, tenant_dir, config);
+    for (const auto& m : edits.mounts) {
+      auto* mount = response.add_mounts();
+      mount->set_host_path(m.host_path);
+      mount->set_container_path(m.container_path);
+      mount->set_read_only(m.read_only);
+    }
+    auto& envs = *response.mutable_envs();
+    for (const auto& [key, value] : edits.env) envs[key] = value;
+  }
 
   auto& annotations = *response.mutable_annotations();
   annotations["fracgpu.io/tenant"] = plan.tenant;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cdi/cdi_spec.h"
 #include "device_plugin/broker_admin.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/resource_class.h"
@@ -84,8 +85,16 @@ Result<std::string> tenant_dir_from_reply(const nlohmann::json& reply, const std
 // (tests/runtime/cri_pod_test.sh showed it with containerd 1.6). Two stat(2) calls.
 std::string host_files_problem(const PluginConfig& config);
 
-// Fills the kubelet's response: mounts (the tenant's directory `tenant_dir` read-only at
-// kContainerRunDir), environment and annotations.
+// What the container needs, as one list of edits: the shim and the preload file, and the
+// tenant's directory `tenant_dir`, read-only at kContainerRunDir; the GPU and the socket in
+// the environment. The Allocate response's mounts and envs and the tenant's CDI spec are
+// both made from this, so the two can never differ.
+cdi::ContainerEdits container_edits(const AllocationPlan& plan, const std::string& tenant_dir,
+                                    const PluginConfig& config);
+
+// Fills the kubelet's response: container_edits() as mounts and environment (unless
+// config.cdi_mode is `only`: then the CDI device carries them) and the annotations. The CDI
+// device name is the caller's (cdi_publisher.h), since writing its spec may fail.
 void fill_container_response(const AllocationPlan& plan, const std::string& tenant_dir,
                              const PluginConfig& config,
                              v1beta1::ContainerAllocateResponse& response);

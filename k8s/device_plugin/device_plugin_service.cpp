@@ -105,7 +105,16 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
       return failed(ensured.error());
     }
     pending_.allocated(plan->tenant);
-    fill_container_response(*plan, ensured->dir, config_, *response->add_container_responses());
+    auto* container_response = response->add_container_responses();
+    fill_container_response(*plan, ensured->dir, config_, *container_response);
+    if (cdi_ != nullptr) {
+      if (auto published = publish_cdi_device(*cdi_, config_.cdi_mode, *plan, ensured->dir, config_,
+                                              container_response);
+          !published) {
+        spdlog::error("Allocate failed for tenant {}: {}", plan->tenant, published.error());
+        return {grpc::StatusCode::FAILED_PRECONDITION, "fracgpu: " + published.error()};
+      }
+    }
     spdlog::info(
         "Allocate {}: tenant {} on GPU {} ({} of {} slices: limit {} bytes, request {} bytes, "
         "compute {}, "
@@ -144,6 +153,16 @@ grpc::Status DevicePluginService::PreStartContainer(
   if (!ensured) {
     spdlog::error("PreStartContainer failed for tenant {}: {}", plan->tenant, ensured.error());
     return failed(ensured.error());
+  }
+  // The spec again, right before the runtime resolves the name: one removed since the
+  // Allocate (a sync that listed the broker before the tenant was made) is back.
+  if (cdi_ != nullptr) {
+    if (auto published =
+            publish_cdi_device(*cdi_, config_.cdi_mode, *plan, ensured->dir, config_, nullptr);
+        !published) {
+      spdlog::error("PreStartContainer failed for tenant {}: {}", plan->tenant, published.error());
+      return {grpc::StatusCode::FAILED_PRECONDITION, "fracgpu: " + published.error()};
+    }
   }
   spdlog::info("PreStartContainer {}: tenant {} ready at {}", class_.resource_name, plan->tenant,
                ensured->dir);

@@ -7,7 +7,8 @@
 // After a successful Allocate, `on_allocated` (when given) is called: the pod
 // attribution's nudge, which never blocks. PreStartContainer is required (the options):
 // the kubelet calls it right before creating each container, and the plugin makes a tenant
-// there whose creation waited on an init container's (pending_starts.h).
+// there whose creation waited on an init container's (pending_starts.h). With CDI on, both
+// write the tenant's CDI spec and Allocate names it (cdi_publisher.h).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 
 #include "device_plugin/allocation_builder.h"
 #include "device_plugin/broker_admin.h"
+#include "device_plugin/cdi_publisher.h"
 #include "device_plugin/pending_starts.h"
 #include "device_plugin/plugin_config.h"
 #include "device_plugin/resource_class.h"
@@ -27,13 +29,14 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
   DevicePluginService(const PluginConfig& config, ResourceClass cls, SliceInventory& inventory,
                       const BrokerAdmin& broker, PendingStarts& pending,
-                      std::function<void()> on_allocated = {})
+                      std::function<void()> on_allocated = {}, const cdi::SpecDir* cdi = nullptr)
       : config_(config),
         class_(std::move(cls)),
         inventory_(inventory),
         broker_(broker),
         pending_(pending),
-        on_allocated_(std::move(on_allocated)) {}
+        on_allocated_(std::move(on_allocated)),
+        cdi_(cdi) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext* context, const v1beta1::Empty* request,
                                       v1beta1::DevicePluginOptions* response) override;
@@ -64,6 +67,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   const BrokerAdmin& broker_;
   PendingStarts& pending_;  // shared by the plugin's classes: their tenants may overlap
   const std::function<void()> on_allocated_;
+  const cdi::SpecDir* const cdi_;  // null: CDI off (cdi_publisher.h)
   std::atomic<bool> stopping_{false};
 };
 

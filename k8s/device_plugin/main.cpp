@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   int besteffort_flag = config.besteffort_slices;
   long health_ms = config.health_interval.count();
   int pod_resources_interval_flag = config.pod_resources_interval;
+  std::string cdi_flag = cdi_mode_name(config.cdi_mode);
 
   CLI::App app{
       "fracgpu-device-plugin: GPU slices (fracgpu.io/gpu-slice, -high, -besteffort) for the "
@@ -75,6 +76,14 @@ int main(int argc, char** argv) {
       "--pod-resources-interval", pod_resources_interval_flag,
       "seconds between readings of the kubelet's PodResources API (0: off; overrides --config; "
       "default 10)");
+  app.add_option("--cdi", cdi_flag,
+                 "what Allocate returns: off (mounts and environment), both (those and the "
+                 "tenant's CDI device, its spec written in --cdi-dir), only (the CDI device "
+                 "alone: only for runtimes that apply CDI)")
+      ->capture_default_str();
+  app.add_option("--cdi-dir", config.cdi_dir,
+                 "where the tenants' CDI specs are written (a directory the runtime reads)")
+      ->capture_default_str();
   app.add_option("--log-level", config.log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
   try {
@@ -106,6 +115,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   config.health_interval = std::chrono::milliseconds(health_ms);
+  auto cdi_mode = parse_cdi_mode(cdi_flag);
+  if (!cdi_mode) {
+    spdlog::error("{}", cdi_mode.error());
+    return 2;
+  }
+  config.cdi_mode = *cdi_mode;
   if (auto valid = validate(config); !valid) {
     spdlog::error("{}", valid.error());
     return 2;

@@ -143,6 +143,25 @@ Status load_key_values(const std::string& path, const std::string& text,
 
 }  // namespace
 
+Result<CdiMode> parse_cdi_mode(const std::string& text) {
+  for (CdiMode mode : {CdiMode::off, CdiMode::both, CdiMode::only}) {
+    if (text == cdi_mode_name(mode)) return mode;
+  }
+  return Result<CdiMode>::failure("--cdi must be off, both or only, got \"" + text + "\"");
+}
+
+const char* cdi_mode_name(CdiMode mode) {
+  switch (mode) {
+    case CdiMode::off:
+      return "off";
+    case CdiMode::both:
+      return "both";
+    case CdiMode::only:
+      return "only";
+  }
+  return "?";
+}
+
 Status load_config_file(const std::string& path, const std::string& node_name,
                         PluginConfig& config) {
   std::ifstream in(path);

@@ -27,6 +27,21 @@ inline constexpr int kMaxPodResourcesInterval = 3600;  // seconds
 inline constexpr const char* kContainerShimPath = "/usr/local/fracgpu/lib/libfracgpu.so";
 inline constexpr const char* kContainerPreloadPath = "/etc/ld.so.preload";
 inline constexpr const char* kContainerRunDir = paths::kRunDir;  // the tenant's run directory
+// CDI: fracgpu's spec files (k8s/cdi/) and the kind of the devices they name.
+inline constexpr const char* kDefaultCdiDir = "/var/run/cdi";
+inline constexpr const char* kCdiKind = "fracgpu.io/gpu-slice";
+
+// What Allocate returns (docs/kubernetes.md, "CDI", says why `both` is the default):
+//   off   the mounts and environment only; no CDI spec is written (the plugin before CDI);
+//   both  those, and the tenant's CDI device name, its spec written in cdi_dir with the
+//         same edits: a runtime that applies CDI replaces each mount and variable by the
+//         spec's identical one (same container path, same name), one that ignores CDI
+//         uses the response's;
+//   only  the CDI device name alone: the container gets the shim and its tenant ONLY from
+//         a runtime that applies CDI; on one that ignores it the container runs uncapped.
+enum class CdiMode { off, both, only };
+Result<CdiMode> parse_cdi_mode(const std::string& text);
+const char* cdi_mode_name(CdiMode mode);
 
 struct PluginConfig {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
@@ -50,6 +65,8 @@ struct PluginConfig {
   // after each Allocate; 0 turns it off.
   std::string pod_resources_socket = kDefaultPodResourcesSocket;
   int pod_resources_interval = 10;
+  CdiMode cdi_mode = CdiMode::both;
+  std::string cdi_dir = kDefaultCdiDir;  // where the specs go; the runtime must read it
   std::string log_level = "info";
 };
 

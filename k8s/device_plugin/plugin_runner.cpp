@@ -78,7 +78,8 @@ bool PluginRunner::start_server(Endpoint& endpoint) {
   std::function<void()> on_allocated;
   if (attribution_) on_allocated = [loop = attribution_.get()] { loop->nudge(); };
   endpoint.service = std::make_unique<DevicePluginService>(
-      config_, endpoint.cls, inventory_, broker_, pending_starts_, std::move(on_allocated));
+      config_, endpoint.cls, inventory_, broker_, pending_starts_, std::move(on_allocated),
+      cdi_ ? &*cdi_ : nullptr);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
   builder.RegisterService(endpoint.service.get());
@@ -156,15 +157,38 @@ void PluginRunner::keep_registered(Endpoint& endpoint, bool kubelet_present,
   }
 }
 
+void PluginRunner::sync_cdi() {
+  if (!cdi_) return;
+  auto synced = sync_cdi_specs(*cdi_, health_probe_);
+  if (!synced && synced.error() != last_cdi_problem_)
+    spdlog::warn("CDI specs not checked against the broker's tenants: {}", synced.error());
+  last_cdi_problem_ = synced ? "" : synced.error();
+}
+
 void PluginRunner::health_loop(const std::atomic<bool>& stop) {
   while (!stop) {
     inventory_.refresh(health_probe_);
+    sync_cdi();
     sleep_unless_stopped(config_.health_interval, stop);
   }
 }
 
 int PluginRunner::run(const std::atomic<bool>& stop) {
+  auto cdi_dir = open_cdi_dir(config_);
+  if (!cdi_dir) {
+    spdlog::error("{}", cdi_dir.error());
+    return 2;
+  }
+  cdi_ = std::move(*cdi_dir);
+  if (cdi_)
+    spdlog::info("CDI {}: tenants' specs in {} as {}=<tenant>", cdi_mode_name(config_.cdi_mode),
+                 cdi_->dir(), kCdiKind);
+  if (config_.cdi_mode == CdiMode::only)
+    spdlog::warn(
+        "CDI only: the responses carry no mounts; a runtime that does not apply CDI (containerd "
+        "1.6, containerd 1.7 without enable_cdi) would start containers without the cap");
   inventory_.refresh(health_probe_);
+  sync_cdi();  // a restarted plugin: specs of tenants deleted while it was down
   std::thread health([&] { health_loop(stop); });
   std::thread attribution;
   if (attribution_) {

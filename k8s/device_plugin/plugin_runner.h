@@ -8,7 +8,9 @@
 // polling rather than inotify because the directory is a hostPath mount where polling
 // is always reliable and one stat a second is nothing. A second thread re-reads the
 // broker's GPU list for health, and a third (unless --pod-resources-interval is 0) tells
-// the broker which pod each tenant belongs to (pod_attribution_loop.h).
+// the broker which pod each tenant belongs to (pod_attribution_loop.h). With CDI on, the
+// health thread also removes the CDI specs of tenants the broker no longer has
+// (cdi_publisher.h), once before the first Allocate is served and then every health interval.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -16,6 +18,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -66,10 +69,13 @@ class PluginRunner {
   // One pass of the kubelet check for one endpoint: serve, notice a restart, register.
   void keep_registered(Endpoint& endpoint, bool kubelet_present, const FileIdentity& kubelet_now);
   void health_loop(const std::atomic<bool>& stop);
+  void sync_cdi();  // the health thread's (and run()'s, before it starts)
 
   PluginConfig config_;
-  BrokerAdmin broker_;        // Allocate: retries while the broker restarts
-  BrokerAdmin health_probe_;  // health polls: one attempt, the next poll is the retry
+  std::optional<cdi::SpecDir> cdi_;  // set by run() unless --cdi off
+  std::string last_cdi_problem_;     // logged once until it changes
+  BrokerAdmin broker_;               // Allocate: retries while the broker restarts
+  BrokerAdmin health_probe_;         // health polls: one attempt, the next poll is the retry
   SliceInventory inventory_;
   PendingStarts pending_starts_;                     // every class's Allocates and container starts
   std::unique_ptr<PodAttributionLoop> attribution_;  // null when turned off

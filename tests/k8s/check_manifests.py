@@ -75,6 +75,15 @@ def check_daemonset(ds, where):
                          if a.startswith(flag)), None)
             if path and not any(path.startswith(p.rstrip("/") + "/") for p in same_path):
                 problems.append(f"{where}: device-plugin must see {path} ({flag[:-1]}) at its host path")
+        # Unless CDI is off, the specs go to --cdi-dir, where the node's runtime reads them.
+        argv = plugin.get("command", []) + plugin.get("args", [])
+        if "--cdi=off" not in argv:
+            cdi_dir = next((a[len("--cdi-dir="):] for a in argv if a.startswith("--cdi-dir=")), "/var/run/cdi")
+            if not any(p == cdi_dir and not m.get("readOnly")
+                       for m in plugin.get("volumeMounts", []) for p in [m["mountPath"]]
+                       if host_of.get(m["name"]) == p):
+                problems.append(f"{where}: device-plugin must mount its CDI directory {cdi_dir} writable at "
+                                "its host path (or run with --cdi=off)")
         pod_resources = [m for m in plugin.get("volumeMounts", [])
                          if m["mountPath"] == "/var/lib/kubelet/pod-resources"]
         if not pod_resources or not pod_resources[0].get("readOnly"):

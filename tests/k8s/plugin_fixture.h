@@ -78,6 +78,8 @@ class PluginNodeTest : public ::testing::Test {
   std::string plugin_dir() const { return dir_.path() + "/device-plugins"; }
   std::string run_dir() const { return dir_.path() + "/run"; }
   std::string pod_resources_socket() const { return dir_.path() + "/pod-resources/kubelet.sock"; }
+  // The plugin's CDI specs (its default, /var/run/cdi, is the host's: never in a test).
+  std::string cdi_dir() const { return dir_.path() + "/cdi"; }
 
   void start_broker() {
     client::BrokerLaunch launch;
@@ -127,8 +129,11 @@ class PluginNodeTest : public ::testing::Test {
                                      "--log-level",
                                      "debug",
                                      "--pod-resources-socket",
-                                     pod_resources_socket()};
+                                     pod_resources_socket(),
+                                     "--cdi-dir",
+                                     cdi_dir()};
     argv.insert(argv.end(), pod_resources_args_.begin(), pod_resources_args_.end());
+    argv.insert(argv.end(), cdi_args_.begin(), cdi_args_.end());
     argv.insert(argv.end(), slice_args.begin(), slice_args.end());
     Environment env = env_;
     for (const auto& [key, value] : extra_env) env[key] = value;
@@ -249,6 +254,7 @@ class PluginNodeTest : public ::testing::Test {
   std::vector<std::string> extra_args_;          // e.g. {"--high-slices", "2"}
   int registrations_per_start_ = 1;              // resources the plugin registers with those flags
   std::vector<std::string> pod_resources_args_;  // e.g. {"--pod-resources-interval", "1"}
+  std::vector<std::string> cdi_args_;            // e.g. {"--cdi", "only"}; specs go to cdi_dir()
   std::string shim_host_path_;                   // default: a file made in SetUp under dir_/host
   std::string preload_host_path_;                // likewise
 

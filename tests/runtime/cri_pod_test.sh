@@ -214,7 +214,8 @@ KUBELET_PID=$!
 wait_for 10 "the fake kubelet's socket" test -S "$T/device-plugins/kubelet.sock"
 "$BUILD/bin/fracgpu-device-plugin" --plugin-dir "$T/device-plugins" --broker-run-dir "$T/run" \
   --shim-host-path "$BUILD/lib/libfracgpu.so" --preload-host-path "$T/fracgpu/ld.so.preload" \
-  --pod-resources-socket "$T/pod-resources/kubelet.sock" --slices 8 >"$T/plugin.log" 2>&1 &
+  --pod-resources-socket "$T/pod-resources/kubelet.sock" --slices 8 --cdi-dir "$T/cdi" \
+  >"$T/plugin.log" 2>&1 &
 PLUGIN_PID=$!
 step "the fake kubelet: ListAndWatch, GetPreferredAllocation, Allocate (2 of 8 slices)"
 wait "$KUBELET_PID" || fail "fracgpu-fake-kubelet: $(cat "$T/kubelet.log")"

@@ -214,7 +214,7 @@ fi
 record node broker PASS "GPU $("${PJ[@]}" get "$OUTC/node.status.json" gpus 0 name): memory_total $MEMTOTAL, capacity $CAPACITY, context_footprint $("${PJ[@]}" get "$OUTC/node.status.json" gpus 0 context_footprint)"
 setsid env LD_LIBRARY_PATH="$DEPS_LD" "$BIN/fracgpu-device-plugin" --plugin-dir "$PLUGIN_DIR" --broker-run-dir "$RUN" \
   --shim-host-path "$HOSTDIR/lib/libfracgpu.so" --preload-host-path "$HOSTDIR/ld.so.preload" \
-  --slices 8 --high-slices 2 --health-interval-ms 1000 --log-level debug \
+  --slices 8 --high-slices 2 --health-interval-ms 1000 --log-level debug --cdi-dir "$WORK/cdi" \
   > "$WORK/logs/plugin.out" 2> "$WORK/logs/plugin.err" < /dev/null &
 PLUGIN_PG=$!
 sleep 0.5
