@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# The whole test suite under ThreadSanitizer and under AddressSanitizer +
+# The test suite under ThreadSanitizer and under AddressSanitizer +
 # UndefinedBehaviorSanitizer (CI's sanitizer job; cmake/Sanitizers.cmake says what is
-# instrumented). For each: configure, build what the tests need, run every ctest label but
+# instrumented). For each: configure, build what its tests need, run its labels but
 # `timing` (tests/timing.cmake says why those mean nothing under a sanitizer) and `gpu`,
 # then fail if any process of the run — a test binary, a broker, a CLI, a test program, a
 # child any of them forked — wrote a sanitizer report, whether or not its test noticed.
+#
+# Which tests each job runs. The preloaded shim is never instrumented (below), so the
+# `integration` tests, whose subject is the shim in an application, exercise instrumented
+# code only in the broker, the CLI and the simulated driver around it.
+#   ThreadSanitizer: the labels whose subject is instrumented and threaded — unit (the
+#     shim's core with its threads), broker (the broker's core, and the three programs that
+#     test the broker process itself: its servers, socket limits, the HTTP face), fakecuda
+#     (the simulated device's executor threads), k8s (the plugin's gRPC threads),
+#     monitoring. Only their programs are built (FRACGPU_SANITIZER_LABELS).
+#   ASan+UBSan: every label but `bench` (BenchSmoke measures; 100-180 s alone under a
+#     sanitizer): memory errors anywhere the integration tests drive the broker, the CLI
+#     and the simulated driver.
+# The README's run in .ci/run runs every test on the normal build.
 #
 #   tools/ci_sanitizers.sh [thread|address|all] [extra ctest arguments...]
 #
