@@ -86,9 +86,11 @@ bool make_run_view(int old_run, std::string* error) {
     }
     // A mount point of the entry's kind, then the host's entry bound over it (MS_REC: with
     // whatever is mounted below it, like /run/user/0).
-    const int made = S_ISDIR(est.st_mode) ? ::mkdir(entry.c_str(), 0700)
-                                          : ::close(::open(entry.c_str(), O_CREAT | O_WRONLY, 0600));
-    if (made != 0 || ::mount(original.c_str(), entry.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    const int made = S_ISDIR(est.st_mode)
+                         ? ::mkdir(entry.c_str(), 0700)
+                         : ::close(::open(entry.c_str(), O_CREAT | O_WRONLY, 0600));
+    if (made != 0 ||
+        ::mount(original.c_str(), entry.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
       ok = (*error = failed("bind the host's /run/" + name), false);
   }
   ::closedir(listing);

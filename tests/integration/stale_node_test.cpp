@@ -113,7 +113,8 @@ TEST(HermeticNode, TheTestProgramSeesEmptyNodeDirectoriesAndTheRestOfRun) {
   EXPECT_TRUE(fs::is_empty(paths::kRunDir));
   EXPECT_TRUE(fs::is_empty("/run/fracgpu-mps"));
   const std::string parent = "/proc/" + std::to_string(::getppid());
-  struct stat ours {}, hosts {};
+  struct stat ours {
+  }, hosts{};
   ASSERT_EQ(::stat("/proc/self/ns/mnt", &ours), 0);
   ASSERT_EQ(::stat((parent + "/ns/mnt").c_str(), &hosts), 0);
   EXPECT_NE(ours.st_ino, hosts.st_ino) << "not in a mount namespace of its own";
