@@ -136,8 +136,9 @@ bool verify_node_socket(const InjectionPlan& plan, std::string* socket_path, std
              " (no peer credentials); CUDA is unavailable to this process";
     return false;
   }
+  const std::string evidence = node_broker_evidence(NodePaths{}.run_dir, *plan.node_broker_uid);
   if (auto refusal = untrusted_server(plan.socket_path, *server, *plan.node_broker_uid)) {
-    *error = *refusal;
+    *error = *refusal + evidence;
     return false;
   }
   std::vector<PathEntry> entries;
@@ -147,7 +148,7 @@ bool verify_node_socket(const InjectionPlan& plan, std::string* socket_path, std
     return false;
   }
   if (auto unsafe = unsafe_socket_path(entries, *plan.node_broker_uid)) {
-    *error = *unsafe;
+    *error = *unsafe + evidence;
     return false;
   }
   return true;

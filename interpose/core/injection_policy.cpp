@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include "fracgpu/paths.h"
+
 namespace fracgpu {
 namespace {
 
@@ -107,6 +109,12 @@ std::optional<std::string> unsafe_socket_path(const std::vector<PathEntry>& entr
     }
   }
   return std::nullopt;
+}
+
+std::string node_broker_evidence(const std::string& run_dir, uid_t node_broker_uid) {
+  return ". This host counts as a node with a fracgpu broker because " + run_dir + "/" +
+         paths::kBrokerLockName + " exists (owned by " + uid_text(node_broker_uid) +
+         "); a node broker leaves it behind when it stops, until root removes " + run_dir;
 }
 
 }  // namespace fracgpu

@@ -58,4 +58,9 @@ std::optional<std::string> untrusted_server(const std::string& socket_path, uid_
 std::optional<std::string> unsafe_socket_path(const std::vector<PathEntry>& entries,
                                               uid_t node_broker_uid);
 
+// Appended to rule b's refusals: why this host counts as a node with a broker — the lock
+// file in `run_dir`, which a broker that stopped leaves behind — so that a refusal beside a
+// stale node layout names the file to look at, not only the socket.
+std::string node_broker_evidence(const std::string& run_dir, uid_t node_broker_uid);
+
 }  // namespace fracgpu

@@ -176,5 +176,15 @@ TEST(InjectionPolicy, PathsAnotherUidCanChangeAreUnsafe) {
   EXPECT_TRUE(unsafe_socket_path({}, 0));
 }
 
+// A refusal beside a stale node layout must say why the host counts as a node: the lock
+// file a stopped broker leaves behind, with its owner.
+TEST(InjectionPolicy, RefusalsNameTheLockThatMakesTheHostANode) {
+  const std::string evidence = node_broker_evidence("/run/fracgpu", 990);
+  EXPECT_NE(evidence.find("/run/fracgpu/broker.lock exists (owned by uid 990)"), std::string::npos)
+      << evidence;
+  EXPECT_NE(evidence.find("until root removes /run/fracgpu"), std::string::npos) << evidence;
+  EXPECT_NE(node_broker_evidence("/x", 0).find("/x/broker.lock"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fracgpu
