@@ -2,20 +2,33 @@
 # A pod through containerd 1.6's CRI and runc, driven as the kubelet drives it, over the
 # simulated GPU (issue 29, item 2). ctest: runtime_cri_pod (label runtime).
 #
-#   tests/runtime/cri_pod_test.sh BUILD_DIR     (root; containerd, ctr, runc, podman)
+#   tests/runtime/cri_pod_test.sh BUILD_DIR     (root; containerd, ctr, runc, podman,
+#                                                python3-yaml; after tools/ci_image.sh)
 #
 # What is real: containerd (started here by hand: config, root, state and socket under a
 # temporary directory, no systemd, cgroupfs, overlayfs, the CRI plugin with
 # restrict_oom_score_adj = true since root here lacks CAP_SYS_RESOURCE), runc, the images
-# (a pause image made from busybox-static, and debian:12-slim from tools/ci_image.sh's
-# debootstrapped base, as the workload image: `podman save | ctr -n k8s.io images import`),
-# fracgpu-broker (with the audit over the simulated NVML), fracgpu-device-plugin, the
-# simulated GPU with its pid helper. What stands in for the kubelet: fracgpu-fake-kubelet
-# (registration, ListAndWatch, GetPreferredAllocation, Allocate for 2 of the 8 slices) and
-# fracgpu-cri-client (cri_client.cpp: the Pod and the Allocate response turned into CRI
-# configs as the kubelet does). What stands in for the NVIDIA container toolkit: the pod's
-# hostPath mounts of the simulated driver (libcuda.so.1), its device file (/dev/shm/NAME,
-# mode 0666 as /dev/nvidia* are) and its pid helper's socket (as /dev/nvidiactl).
+# (a pause image made from busybox-static; debian:12-slim from tools/ci_image.sh's
+# debootstrapped base as the workload image; the node image tools/ci_image.sh built with
+# podman from this build, $FRACGPU_IMAGE, default localhost/fracgpu:ci:
+# `podman save | ctr -n k8s.io images import`), and THE DAEMONSET'S POD FROM THAT IMAGE
+# through the same CRI (k8s/deploy/base/daemonset.yaml read by daemonset_pod.py): its
+# install-shim init container, fracgpu-broker and fracgpu-device-plugin with the
+# manifest's command lines, mounts, config map, hostPID and security contexts. Changed from
+# the manifest, and why: every hostPath P is $T/host/P (and, since the manifest mounts
+# each at its own path, the container path and the flags naming it too), so a test never
+# touches a node's /run/fracgpu; hostNetwork (no CNI here) and the broker's metrics on a
+# free loopback port instead of :9400. The simulated GPU and its pid helper run on the
+# host (they are the GPU and its driver). What stands in for the kubelet:
+# fracgpu-fake-kubelet (registration, ListAndWatch, GetPreferredAllocation, Allocate for 2
+# of the 8 slices) and fracgpu-cri-client (cri_client.cpp: the Pod and the Allocate
+# response turned into CRI configs as the kubelet does). What stands in for the NVIDIA
+# container toolkit: in the broker's container (NVIDIA_VISIBLE_DEVICES=all), the
+# simulated driver and NVML at the toolkit's library paths and the device file; in the
+# pod, the hostPath mounts of the simulated driver (libcuda.so.1), its device file
+# (/dev/shm/NAME, mode 0666 as /dev/nvidia* are) and its pid helper's socket (as
+# /dev/nvidiactl). Checked of the node's pod: install-shim exits 0 and the shim it put on
+# the host is the image's; the DaemonSet's liveness probe passes in the broker container.
 # The pod: hostNetwork (no CNI here), runAsUser/runAsGroup 1000, its container with
 # readOnlyRootFilesystem, allowPrivilegeEscalation: false, capabilities drop ALL, its own
 # PID namespace (the kubelet's default). Checked inside it:
@@ -64,9 +77,16 @@ fi
 for tool in containerd ctr runc podman; do
   command -v "$tool" >/dev/null || fail "needs $tool (apt-get install -y containerd runc podman)"
 done
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
 WORKLOAD_IMAGE=docker.io/library/debian:12-slim
-podman image exists "$WORKLOAD_IMAGE" ||
-  fail "no $WORKLOAD_IMAGE in podman: run tools/ci_image.sh $BUILD first (ctest runs runtime_image)"
+# The node image tools/ci_image.sh built from this build (same variable, same default).
+NODE_IMAGE=${FRACGPU_IMAGE:-localhost/fracgpu:ci}
+for image in "$WORKLOAD_IMAGE" "$NODE_IMAGE"; do
+  podman image exists "$image" ||
+    fail "no $image in podman: run tools/ci_image.sh $BUILD first (ctest runs runtime_image)"
+done
+python3 -c 'import yaml' 2>/dev/null || fail "needs python3-yaml (apt-get install -y python3-yaml)"
 for f in bin/fracgpu-broker bin/fracgpu bin/fracgpu-device-plugin bin/fracgpu-fake-kubelet \
   bin/fracgpu-cri-client bin/fracgpu-alloc-client bin/fracgpu-bypass-client bin/fakecuda-ctl \
   fakecuda/libcuda.so.1 fakenvml/libnvidia-ml.so.1 lib/libfracgpu.so; do
@@ -77,8 +97,8 @@ T=$(mktemp -d /tmp/fracgpu-cri.XXXXXX)
 SHM=/fracgpu-cri-$$
 SOCK=$T/containerd.sock
 CRI=("$BUILD/bin/fracgpu-cri-client" --endpoint "unix://$SOCK" --timeout-s 60)
-CONTAINERD_PID= BROKER_PID= HELPER_PID= PLUGIN_PID= KUBELET_PID= BYPASS_PID=
-SANDBOX= CONTAINERS=()
+CONTAINERD_PID= HELPER_PID= KUBELET_PID= BYPASS_PID=
+SANDBOX= CONTAINERS=() NODE_SANDBOX= NODE_CONTAINERS=()
 
 # Stops what this run started, each wait bounded; ends with the test's own status.
 stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
@@ -104,8 +124,21 @@ cleanup() {
       timeout 20 "${CRI[@]}" stop-pod "$SANDBOX" >/dev/null 2>&1
       timeout 20 "${CRI[@]}" rm-pod "$SANDBOX" >/dev/null 2>&1
     fi
+    if ((rc != 0)); then # the node's containers' logs, before they go
+      for c in install-shim broker device-plugin; do
+        [[ -f $T/node-logs/$c/0.log ]] && { echo "--- $c container (last 30 lines)"; tail -30 "$T/node-logs/$c/0.log"; }
+      done
+    fi
+    for c in "${NODE_CONTAINERS[@]}"; do
+      timeout 20 "${CRI[@]}" stop "$c" 5 >/dev/null 2>&1
+      timeout 20 "${CRI[@]}" rm "$c" >/dev/null 2>&1
+    done
+    if [[ -n $NODE_SANDBOX ]]; then
+      timeout 20 "${CRI[@]}" stop-pod "$NODE_SANDBOX" >/dev/null 2>&1
+      timeout 20 "${CRI[@]}" rm-pod "$NODE_SANDBOX" >/dev/null 2>&1
+    fi
   fi
-  for pid in "$KUBELET_PID" "$PLUGIN_PID" "$BROKER_PID" "$HELPER_PID" "$CONTAINERD_PID"; do
+  for pid in "$KUBELET_PID" "$HELPER_PID" "$CONTAINERD_PID"; do
     stop_pid "$pid"
   done
   # Shims of this containerd that outlived it (only if a removal above failed): by their
@@ -120,7 +153,7 @@ cleanup() {
   done
   rm -f "/dev/shm$SHM" "/dev/shm$SHM.pids"
   if ((rc != 0)); then
-    for log in containerd broker plugin kubelet; do
+    for log in containerd kubelet; do
       [[ -f $T/$log.log ]] && { echo "--- $log.log (last 30 lines)"; tail -30 "$T/$log.log"; }
     done
   fi
@@ -174,7 +207,7 @@ wait_for 30 "containerd's CRI to answer Version" "${CRI[@]}" version
 step "containerd answers: $("${CRI[@]}" version)"
 
 # 2. The images: pause from busybox-static, the workload from podman's debian:12-slim.
-step "images: pause (busybox-static) and $WORKLOAD_IMAGE into containerd's k8s.io namespace"
+step "images: pause (busybox-static), $WORKLOAD_IMAGE and $NODE_IMAGE into containerd's k8s.io namespace"
 if ! podman image exists localhost/fracgpu-pause:ci; then # kept between runs
   BUSYBOX=$(command -v busybox || true)
   [[ -n $BUSYBOX && $(ldd "$BUSYBOX" 2>&1 || true) == *"not a dynamic executable"* ]] ||
@@ -185,45 +218,84 @@ if ! podman image exists localhost/fracgpu-pause:ci; then # kept between runs
     --change 'ENTRYPOINT ["/bin/busybox", "sleep", "2147483647"]' - localhost/fracgpu-pause:ci \
     >/dev/null || fail "podman import of the pause image"
 fi
-for image in localhost/fracgpu-pause:ci "$WORKLOAD_IMAGE"; do
+for image in localhost/fracgpu-pause:ci "$WORKLOAD_IMAGE" "$NODE_IMAGE"; do
   podman save "$image" 2>/dev/null |
     ctr --address "$SOCK" -n k8s.io images import --snapshotter overlayfs - >"$T/import.log" 2>&1 ||
     fail "importing $image: $(cat "$T/import.log")"
 done
 
-# 3. The node: simulated GPU, pid helper, broker (audit on), device plugin, fake kubelet.
-step "node: simulated 16 GiB GPU, pid helper, broker, device plugin (8 slices), fake kubelet"
+# 3. The node: the simulated GPU and its pid helper on the host (they stand in for the GPU
+# and its driver), then the DaemonSet's pod FROM THE IMAGE through the same CRI: its
+# install-shim init container, the broker and the device plugin, with the manifest's
+# command lines, mounts, hostPID and security contexts (daemonset_pod.py; host paths under
+# $T/host). What stands in for the NVIDIA container toolkit in the broker's container
+# (NVIDIA_VISIBLE_DEVICES=all there): the simulated driver and NVML at the toolkit's paths,
+# the device file and the pid helper's socket.
+step "node: simulated 16 GiB GPU and pid helper (host); the DaemonSet's pod from $NODE_IMAGE"
 export FAKECUDA_SHM_NAME=$SHM FAKECUDA_MEMORY=16GiB FAKECUDA_CONTEXT_FOOTPRINT=64MiB \
   FAKECUDA_DEVICE_COUNT=1 FAKECUDA_SHM_MODE=0666
-mkdir -p "$T/fracgpu" "$T/device-plugins" "$T/pod-resources"
-# What the DaemonSet's installer writes on the host: the shim's path in the container.
-echo /usr/local/fracgpu/lib/libfracgpu.so >"$T/fracgpu/ld.so.preload"
-"$BUILD/bin/fracgpu-broker" --run-dir "$T/run" --state-dir "$T/state-broker" \
-  --driver "$BUILD/fakecuda/libcuda.so.1" --context-footprint 64MiB \
-  --nvml "$BUILD/fakenvml/libnvidia-ml.so.1" --audit-interval 500 --audit-action log \
-  >"$T/broker.log" 2>&1 &
-BROKER_PID=$!
-wait_for 10 "the broker" test -S "$T/run/admin.sock"
-# The pid helper serves the segment the broker's driver created (its socket, the file's mode).
+# The pid helper creates the segment (mode 0666, as /dev/nvidia* are) before any container
+# bind-mounts it.
 "$BUILD/bin/fakecuda-ctl" pid-helper >"$T/helper.log" 2>&1 &
 HELPER_PID=$!
 wait_for 10 "the pid helper" test -S "/dev/shm$SHM.pids"
-"$BUILD/bin/fracgpu-fake-kubelet" --plugin-dir "$T/device-plugins" --resource fracgpu.io/gpu-slice \
+HOST=$T/host
+RUN_DIR=$HOST/run/fracgpu
+PLUGIN_DIR=$HOST/var/lib/kubelet/device-plugins
+METRICS_PORT=$((20000 + $$ % 20000))
+LIBDIR=/usr/lib/x86_64-linux-gnu
+cat >"$T/extras.json" <<JSON
+{"broker": {
+  "replace": {"--metrics-listen": "127.0.0.1:$METRICS_PORT"},
+  "env": [{"name": "FAKECUDA_SHM_NAME", "value": "$SHM"}],
+  "volumeMounts": [
+   {"mountPath": "$LIBDIR/libcuda.so.1", "hostPath": "$BUILD/fakecuda/libcuda.so.1", "readOnly": true},
+   {"mountPath": "$LIBDIR/libnvidia-ml.so.1", "hostPath": "$BUILD/fakenvml/libnvidia-ml.so.1", "readOnly": true},
+   {"mountPath": "/dev/shm$SHM", "hostPath": "/dev/shm$SHM"},
+   {"mountPath": "/dev/shm$SHM.pids", "hostPath": "/dev/shm$SHM.pids"}]}}
+JSON
+python3 "$HERE/daemonset_pod.py" "$REPO/k8s/deploy/base/daemonset.yaml" \
+  "$REPO/k8s/deploy/base/configmap.yaml" "$HOST" "$NODE_IMAGE" "$T/node-logs" "$T/node-config" \
+  cri-node "$T/extras.json" >"$T/node.json" || fail "daemonset_pod.py"
+mkdir -p "$T/node-logs"
+NODE_SANDBOX=$("${CRI[@]}" run-pod "$T/node.json") || fail "RunPodSandbox of the DaemonSet's pod"
+node_container() { # node_container NAME: create and start it; sets NODE_ID
+  NODE_ID=$("${CRI[@]}" create "$T/node.json" "$NODE_SANDBOX" "$1") || fail "CreateContainer $1"
+  NODE_CONTAINERS+=("$NODE_ID")
+  "${CRI[@]}" start "$NODE_ID" || fail "StartContainer $1: $("${CRI[@]}" status "$NODE_ID" 2>&1)"
+}
+node_log() { tail -20 "$T/node-logs/$1/0.log" 2>/dev/null; }
+step "   install-shim (init container): the image's shim and ld.so.preload into $HOST/var/lib/fracgpu"
+node_container install-shim
+done_json=$("${CRI[@]}" wait "$NODE_ID") || fail "install-shim did not end: $done_json"
+[[ $done_json == *'"exit_code":0'* ]] || fail "install-shim failed: $done_json; $(node_log install-shim)"
+start_broker() {
+  node_container broker
+  BROKER=$NODE_ID
+  wait_for 20 "the broker container's admin socket" test -S "$RUN_DIR/admin.sock"
+}
+step "   broker container (hostPID, the DaemonSet's flags)"
+start_broker
+"${CRI[@]}" exec "$BROKER" -- fracgpu-broker --probe --run-dir="$RUN_DIR" --probe-timeout=3000 \
+  >/dev/null || fail "the DaemonSet's liveness probe fails: $(node_log broker)"
+"${CRI[@]}" exec "$BROKER" -- cat /usr/local/lib/libfracgpu.so >"$T/image-shim.so" ||
+  fail "reading the image's shim"
+cmp -s "$HOST/var/lib/fracgpu/lib/libfracgpu.so" "$T/image-shim.so" ||
+  fail "the shim install-shim put on the host is not the image's"
+"$BUILD/bin/fracgpu-fake-kubelet" --plugin-dir "$PLUGIN_DIR" --resource fracgpu.io/gpu-slice \
   --count 2 --timeout-s 30 >"$T/allocation.json" 2>"$T/kubelet.log" &
 KUBELET_PID=$!
-wait_for 10 "the fake kubelet's socket" test -S "$T/device-plugins/kubelet.sock"
-"$BUILD/bin/fracgpu-device-plugin" --plugin-dir "$T/device-plugins" --broker-run-dir "$T/run" \
-  --shim-host-path "$BUILD/lib/libfracgpu.so" --preload-host-path "$T/fracgpu/ld.so.preload" \
-  --pod-resources-socket "$T/pod-resources/kubelet.sock" --slices 8 --cdi-dir "$T/cdi" \
-  >"$T/plugin.log" 2>&1 &
-PLUGIN_PID=$!
+wait_for 10 "the fake kubelet's socket" test -S "$PLUGIN_DIR/kubelet.sock"
+step "   device-plugin container (the DaemonSet's flags and config map: 8 slices)"
+node_container device-plugin
+PLUGIN=$NODE_ID
 step "the fake kubelet: ListAndWatch, GetPreferredAllocation, Allocate (2 of 8 slices)"
 wait "$KUBELET_PID" || fail "fracgpu-fake-kubelet: $(cat "$T/kubelet.log")"
 KUBELET_PID=
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 TENANT=$(json_get "$T/allocation.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
 step "Allocate: $(cat "$T/allocation.json")"
-status_json() { "$BUILD/bin/fracgpu" --run-dir "$T/run" status --json; }
+status_json() { "$BUILD/bin/fracgpu" --run-dir "$RUN_DIR" status --json; }
 tenant_field() { # tenant_field PYTHON-EXPR-ON-t
   status_json | python3 -c "import json,sys
 t=[t for t in json.load(sys.stdin)['tenants'] if t['name']=='$TENANT'][0]
