@@ -89,6 +89,7 @@ done
 python3 -c 'import yaml' 2>/dev/null || fail "needs python3-yaml (apt-get install -y python3-yaml)"
 for f in bin/fracgpu-broker bin/fracgpu bin/fracgpu-device-plugin bin/fracgpu-fake-kubelet \
   bin/fracgpu-cri-client bin/fracgpu-alloc-client bin/fracgpu-bypass-client bin/fakecuda-ctl \
+  bin/fracgpu-spin-client \
   fakecuda/libcuda.so.1 fakenvml/libnvidia-ml.so.1 lib/libfracgpu.so; do
   [[ -e $BUILD/$f ]] || fail "$BUILD/$f is not built"
 done
@@ -98,7 +99,7 @@ SHM=/fracgpu-cri-$$
 SOCK=$T/containerd.sock
 CRI=("$BUILD/bin/fracgpu-cri-client" --endpoint "unix://$SOCK" --timeout-s 60)
 CONTAINERD_PID= HELPER_PID= KUBELET_PID= BYPASS_PID=
-SANDBOX= CONTAINERS=() NODE_SANDBOX= NODE_CONTAINERS=()
+SANDBOX= CONTAINERS=() NODE_SANDBOX= NODE_CONTAINERS=() EXTRA_SANDBOXES=()
 
 # Stops what this run started, each wait bounded; ends with the test's own status.
 stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
@@ -120,11 +121,15 @@ cleanup() {
       timeout 20 "${CRI[@]}" stop "$c" 2 >/dev/null 2>&1
       timeout 20 "${CRI[@]}" rm "$c" >/dev/null 2>&1
     done
-    if [[ -n $SANDBOX ]]; then
-      timeout 20 "${CRI[@]}" stop-pod "$SANDBOX" >/dev/null 2>&1
-      timeout 20 "${CRI[@]}" rm-pod "$SANDBOX" >/dev/null 2>&1
-    fi
+    for sandbox in "$SANDBOX" "${EXTRA_SANDBOXES[@]}"; do
+      [[ -n $sandbox ]] || continue
+      timeout 20 "${CRI[@]}" stop-pod "$sandbox" >/dev/null 2>&1
+      timeout 20 "${CRI[@]}" rm-pod "$sandbox" >/dev/null 2>&1
+    done
     if ((rc != 0)); then # the node's containers' logs, before they go
+      for log in "$T"/pod-logs/*/app/0.log; do
+        [[ -f $log ]] && { echo "--- $log (last 10 lines)"; tail -10 "$log"; }
+      done
       for c in install-shim broker device-plugin; do
         [[ -f $T/node-logs/$c/0.log ]] && { echo "--- $c container (last 30 lines)"; tail -30 "$T/node-logs/$c/0.log"; }
       done
@@ -254,7 +259,7 @@ cat >"$T/extras.json" <<JSON
    {"mountPath": "/dev/shm$SHM", "hostPath": "/dev/shm$SHM"},
    {"mountPath": "/dev/shm$SHM.pids", "hostPath": "/dev/shm$SHM.pids"}]}}
 JSON
-python3 "$HERE/daemonset_pod.py" "$REPO/k8s/deploy/base/daemonset.yaml" \
+python3 "$HERE/daemonset_pod.py" "${FRACGPU_DAEMONSET:-$REPO/k8s/deploy/base/daemonset.yaml}" \
   "$REPO/k8s/deploy/base/configmap.yaml" "$HOST" "$NODE_IMAGE" "$T/node-logs" "$T/node-config" \
   cri-node "$T/extras.json" >"$T/node.json" || fail "daemonset_pod.py"
 mkdir -p "$T/node-logs"
@@ -313,15 +318,16 @@ USED_BEFORE=$(device_used)
 step "RunPodSandbox"
 mkdir -p "$T/pod-logs"
 GIB=1073741824
-cat >"$T/pod.json" <<EOF
-{"metadata": {"name": "cuda", "namespace": "default", "uid": "$(cat /proc/sys/kernel/random/uuid)"},
- "logDirectory": "$T/pod-logs",
+pod_json() { # pod_json NAME COMMAND-JSON-ARRAY: the workload pod, one container "app"
+  cat <<EOF
+{"metadata": {"name": "$1", "namespace": "default", "uid": "$(cat /proc/sys/kernel/random/uuid)"},
+ "logDirectory": "$T/pod-logs/$1",
  "spec": {
   "hostNetwork": true,
   "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
   "containers": [{
    "name": "app", "image": "$WORKLOAD_IMAGE",
-   "command": ["/opt/fracgpu/fracgpu-alloc-client", "hold", "--bytes", "$GIB"],
+   "command": $2,
    "env": [{"name": "FAKECUDA_SHM_NAME", "value": "$SHM"}],
    "securityContext": {"runAsUser": 1000, "readOnlyRootFilesystem": true,
                        "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
@@ -330,16 +336,20 @@ cat >"$T/pod.json" <<EOF
     {"mountPath": "/dev/shm$SHM", "hostPath": "/dev/shm$SHM"},
     {"mountPath": "/dev/shm$SHM.pids", "hostPath": "/dev/shm$SHM.pids"},
     {"mountPath": "/opt/fracgpu/fracgpu-alloc-client", "hostPath": "$BUILD/bin/fracgpu-alloc-client", "readOnly": true},
+    {"mountPath": "/opt/fracgpu/fracgpu-spin-client", "hostPath": "$BUILD/bin/fracgpu-spin-client", "readOnly": true},
     {"mountPath": "/opt/fracgpu/fracgpu-bypass-client", "hostPath": "$BUILD/bin/fracgpu-bypass-client", "readOnly": true}]
   }]}}
 EOF
+  mkdir -p "$T/pod-logs/$1"
+}
+pod_json cuda '["/opt/fracgpu/fracgpu-alloc-client", "hold", "--bytes", "'$GIB'"]' >"$T/pod.json"
 SANDBOX=$("${CRI[@]}" run-pod "$T/pod.json") || fail "RunPodSandbox"
 step "CreateContainer app (the Allocate response's mounts, envs, devices, annotations)"
 APP=$("${CRI[@]}" create "$T/pod.json" "$SANDBOX" app "$T/allocation.json") || fail "CreateContainer"
 CONTAINERS+=("$APP")
 step "StartContainer of the app container"
 "${CRI[@]}" start "$APP" || fail "StartContainer: $("${CRI[@]}" status "$APP" 2>&1)"
-LOG=$T/pod-logs/app/0.log
+LOG=$T/pod-logs/cuda/app/0.log
 for _ in $(seq 200); do
   grep -q holding "$LOG" 2>/dev/null && break
   sleep 0.1
@@ -452,3 +462,155 @@ used=$(device_used)
 ((used == USED_BEFORE)) || fail "the device holds $used bytes after the pod's removal, $USED_BEFORE before it"
 [[ $(tenant_field "len(t['processes'])") == 0 ]] || fail "tenant $TENANT still has processes: $(tenant_field "t['processes']")"
 step "   device used $used bytes, as before the pod"
+
+# Steps 7-10 run more pods against the same node (each Allocate through a fresh fake kubelet:
+# the plugin registers again when kubelet.sock is recreated, as after a kubelet restart).
+allocate() { # allocate OUT.json COUNT [fracgpu-fake-kubelet flags...]
+  local out=$1 count=$2
+  shift 2
+  rm -f "$PLUGIN_DIR/kubelet.sock"
+  "$BUILD/bin/fracgpu-fake-kubelet" --plugin-dir "$PLUGIN_DIR" --resource fracgpu.io/gpu-slice \
+    --count "$count" --timeout-s 30 "$@" >"$out" 2>"$T/kubelet.log" ||
+    fail "fracgpu-fake-kubelet --count $count $*: $(cat "$T/kubelet.log")"
+}
+tenant_of() { # tenant_of TENANT PYTHON-EXPR-ON-t
+  status_json | python3 -c "import json,sys
+t=[t for t in json.load(sys.stdin)['tenants'] if t['name']=='$1'][0]
+print($2)"
+}
+start_pod() { # start_pod NAME COMMAND-JSON ALLOCATION.json: sets POD_ID and APP_ID
+  pod_json "$1" "$2" >"$T/pod-$1.json"
+  POD_ID=$("${CRI[@]}" run-pod "$T/pod-$1.json") || fail "RunPodSandbox $1"
+  EXTRA_SANDBOXES+=("$POD_ID")
+  APP_ID=$("${CRI[@]}" create "$T/pod-$1.json" "$POD_ID" app "$3") || fail "CreateContainer $1"
+  CONTAINERS+=("$APP_ID")
+  "${CRI[@]}" start "$APP_ID" || fail "StartContainer $1: $("${CRI[@]}" status "$APP_ID" 2>&1)"
+}
+delete_pod() { # delete_pod SANDBOX CONTAINER
+  { "${CRI[@]}" stop "$2" 2 && "${CRI[@]}" rm "$2" && "${CRI[@]}" stop-pod "$1" &&
+    "${CRI[@]}" rm-pod "$1"; } || fail "deleting pod $1"
+}
+wait_holding() { # wait_holding NAME: its app's log says it holds its memory
+  for _ in $(seq 200); do
+    grep -q holding "$T/pod-logs/$1/app/0.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "pod $1 holds no memory: $(cat "$T/pod-logs/$1/app/0.log" 2>&1)"
+}
+capped() { # capped CONTAINER LIMIT HELD: info shows LIMIT; a fill stops at what is left of it
+  local info fill expect
+  info=$("${CRI[@]}" exec "$1" -- /opt/fracgpu/fracgpu-alloc-client info) || fail "info: $info"
+  [[ $info == *"\"total\":$2"* ]] || fail "the container does not see its cap of $2: $info"
+  expect=$((($2 - $3 - 2 * footprint) / chunk * chunk))
+  fill=$("${CRI[@]}" exec "$1" -- /opt/fracgpu/fracgpu-alloc-client fill --chunk "$chunk" 2>&1) ||
+    fail "fill: $fill"
+  [[ $fill == *"\"allocated\":$expect,"* || $fill == *"\"allocated\":$expect}"* ]] ||
+    fail "the fill should stop at $expect bytes (cap $2, $3 held): $fill"
+}
+books() { # books TENANT: the tenant's limit and each process's memory in the broker's books
+  tenant_of "$1" "t['devices'][0]['memory_limit'], sorted((p['pid'], p['memory_used']) for p in t['processes'])"
+}
+
+T7=$(date +%s)
+step "7. two pods with 3 and 1 of the 8 slices share compute by their slices (1 ms kernels)"
+allocate "$T/big.json" 3
+allocate "$T/small.json" 1 --in-use "$(json_get "$T/big.json" '",".join(d["preferred"])')"
+BIG_T=$(json_get "$T/big.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
+SMALL_T=$(json_get "$T/small.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
+SPIN='["/opt/fracgpu/fracgpu-spin-client", "--seconds", "5", "--report", "-"]'
+start_pod big "$SPIN" "$T/big.json"
+BIG_POD=$POD_ID BIG_APP=$APP_ID
+start_pod small "$SPIN" "$T/small.json"
+SMALL_POD=$POD_ID SMALL_APP=$APP_ID
+both_running() { [[ $(tenant_of "$BIG_T" "len(t['processes'])") == 1 &&
+  $(tenant_of "$SMALL_T" "len(t['processes'])") == 1 ]]; }
+wait_for 10 "both pods' spin clients in their tenants" both_running
+big_pid=$(tenant_of "$BIG_T" "t['processes'][0]['pid']")
+small_pid=$(tenant_of "$SMALL_T" "t['processes'][0]['pid']")
+sleep 0.5
+"$BUILD/bin/fakecuda-ctl" status >"$T/busy0.json"
+sleep 3
+"$BUILD/bin/fakecuda-ctl" status >"$T/busy1.json"
+share=$(python3 -c "import json
+def busy(f):
+  return {p['pid']: p['busy_us'] for p in json.load(open(f))['devices'][0]['processes']}
+a, b = busy('$T/busy0.json'), busy('$T/busy1.json')
+big, small = b[$big_pid] - a.get($big_pid, 0), b[$small_pid] - a.get($small_pid, 0)
+print(f'{big / (big + small):.3f} {big} {small}')") || fail "reading the device's busy time"
+read -r big_share big_us small_us <<<"$share"
+# 3 of 4 slices in use: 75 %. Loose bounds on a 2-core machine shared with other work.
+python3 -c "import sys; sys.exit(not 0.62 <= $big_share <= 0.88)" ||
+  fail "the 3-slice pod had $big_share of the device (${big_us} us to ${small_us} us), 0.75 expected (0.62..0.88)"
+for app in "$BIG_APP" "$SMALL_APP"; do
+  done_json=$("${CRI[@]}" wait "$app") || fail "a spin client did not end: $done_json"
+  [[ $done_json == *'"exit_code":0'* ]] || fail "a spin client failed: $done_json"
+done
+delete_pod "$BIG_POD" "$BIG_APP"
+delete_pod "$SMALL_POD" "$SMALL_APP"
+step "   3-slice pod $big_share of the device over 3 s (${big_us} us busy, 1-slice pod ${small_us} us); $(($(date +%s) - T7)) s"
+
+T8=$(date +%s)
+step "8. the broker container restarted under a running pod: still capped, books exact"
+allocate "$T/hold.json" 2
+HOLD_T=$(json_get "$T/hold.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
+start_pod hold '["/opt/fracgpu/fracgpu-alloc-client", "hold", "--bytes", "'$GIB'"]' "$T/hold.json"
+HOLD_POD=$POD_ID HOLD_APP=$APP_ID
+wait_holding hold
+books_before=$(books "$HOLD_T")
+used_before=$(device_used)
+"${CRI[@]}" stop "$BROKER" 10 || fail "StopContainer broker"
+"${CRI[@]}" rm "$BROKER" || fail "RemoveContainer broker"
+start_broker
+wait_for 20 "the restarted broker to answer" status_json
+books_are() { [[ $(books "$1" 2>/dev/null) == "$2" ]]; }
+wait_for 20 "the restarted broker's books of $HOLD_T to be as before ($books_before)" \
+  books_are "$HOLD_T" "$books_before"
+(($(device_used) == used_before)) || fail "the device holds $(device_used) bytes after the restart, $used_before before"
+capped "$HOLD_APP" "$(tenant_of "$HOLD_T" "t['devices'][0]['memory_limit']")" "$GIB"
+step "   books $books_before before and after; $(($(date +%s) - T8)) s"
+
+T9=$(date +%s)
+step "9. containerd restarted while the pod runs: the tenant keeps its cap, books exact after"
+stop_pid "$CONTAINERD_PID"
+CONTAINERD_PID=
+containerd --config "$T/config.toml" >>"$T/containerd.log" 2>&1 &
+CONTAINERD_PID=$!
+wait_for 30 "the restarted containerd's CRI" "${CRI[@]}" version
+running=$("${CRI[@]}" status "$HOLD_APP") || fail "ContainerStatus after the restart: $running"
+[[ $running == *'"state":"running"'* ]] || fail "the pod's container is not running after the restart: $running"
+[[ $(books "$HOLD_T") == "$books_before" ]] || fail "books changed: $(books "$HOLD_T"), $books_before before"
+capped "$HOLD_APP" "$(tenant_of "$HOLD_T" "t['devices'][0]['memory_limit']")" "$GIB"
+delete_pod "$HOLD_POD" "$HOLD_APP"
+for _ in $(seq 100); do
+  (($(device_used) == USED_BEFORE)) && break
+  sleep 0.1
+done
+(($(device_used) == USED_BEFORE)) ||
+  fail "the device holds $(device_used) bytes after the pod's removal, $USED_BEFORE before it"
+[[ $(tenant_of "$HOLD_T" "len(t['processes'])") == 0 ]] || fail "$HOLD_T still has processes"
+step "   running, capped, device back to $USED_BEFORE bytes; $(($(date +%s) - T9)) s"
+
+T10=$(date +%s)
+step "10. the device plugin restarted between Allocate and the container's start"
+allocate "$T/late.json" 2 --pre-start no
+LATE_T=$(json_get "$T/late.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
+LATE_IDS=$(json_get "$T/late.json" '",".join(d["preferred"])')
+"${CRI[@]}" stop "$PLUGIN" 10 || fail "StopContainer device-plugin"
+"${CRI[@]}" rm "$PLUGIN" || fail "RemoveContainer device-plugin"
+rm -f "$PLUGIN_DIR/kubelet.sock"
+"$BUILD/bin/fracgpu-fake-kubelet" --plugin-dir "$PLUGIN_DIR" --resource fracgpu.io/gpu-slice \
+  --pre-start "only:$LATE_IDS" --timeout-s 30 >"$T/prestart.json" 2>"$T/kubelet.log" &
+KUBELET_PID=$!
+wait_for 10 "the fake kubelet's socket" test -S "$PLUGIN_DIR/kubelet.sock"
+node_container device-plugin
+PLUGIN=$NODE_ID
+wait "$KUBELET_PID" || fail "PreStartContainer on the restarted plugin: $(cat "$T/kubelet.log")"
+KUBELET_PID=
+start_pod late '["/opt/fracgpu/fracgpu-alloc-client", "hold", "--bytes", "'$GIB'"]' "$T/late.json"
+LATE_POD=$POD_ID LATE_APP=$APP_ID
+wait_holding late
+late_limit=$(tenant_of "$LATE_T" "t['devices'][0]['memory_limit']")
+((late_limit == CAPACITY * 2 / 8)) || fail "tenant $LATE_T's limit $late_limit is not 2/8 of $CAPACITY"
+capped "$LATE_APP" "$late_limit" "$GIB"
+delete_pod "$LATE_POD" "$LATE_APP"
+step "   tenant $LATE_T made before the restart served the container after it; $(($(date +%s) - T10)) s"
