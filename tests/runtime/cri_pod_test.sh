@@ -115,6 +115,8 @@ stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
 cleanup() {
   local rc=$?
   set +e
+  # A command that failed under set -e without fail(): name the step it failed in.
+  ((rc != 0)) && printf 'cri-pod: FAIL (exit %d) in: %s\n' "$rc" "$STEP" >&2
   [[ -n $BYPASS_PID ]] && kill "$BYPASS_PID" 2>/dev/null
   if [[ -n $CONTAINERD_PID ]] && kill -0 "$CONTAINERD_PID" 2>/dev/null; then
     for c in "${CONTAINERS[@]}"; do
@@ -168,10 +170,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() { # wait_for SECONDS WHAT COMMAND...: poll every 0.1 s
-  local secs=$1 what=$2
+wait_for() { # wait_for SECONDS WHAT COMMAND...: poll every 0.1 s, for SECONDS of wall time
+  local secs=$1 what=$2 until
   shift 2
-  for _ in $(seq $((secs * 10))); do
+  until=$(($(date +%s) + secs))
+  while (($(date +%s) < until)); do
     "$@" >/dev/null 2>&1 && return 0
     sleep 0.1
   done
@@ -476,7 +479,7 @@ allocate() { # allocate OUT.json COUNT [fracgpu-fake-kubelet flags...]
 tenant_of() { # tenant_of TENANT PYTHON-EXPR-ON-t
   status_json | python3 -c "import json,sys
 t=[t for t in json.load(sys.stdin)['tenants'] if t['name']=='$1'][0]
-print($2)"
+print($2)" || fail "tenant $1 is not in the broker's status"
 }
 start_pod() { # start_pod NAME COMMAND-JSON ALLOCATION.json: sets POD_ID and APP_ID
   pod_json "$1" "$2" >"$T/pod-$1.json"
@@ -512,12 +515,12 @@ books() { # books TENANT: the tenant's limit and each process's memory in the br
 }
 
 T7=$(date +%s)
-step "7. two pods with 3 and 1 of the 8 slices share compute by their slices (1 ms kernels)"
+step "7. two pods with 3 and 1 of the 8 slices share compute by their slices (5 ms kernels)"
 allocate "$T/big.json" 3
 allocate "$T/small.json" 1 --in-use "$(json_get "$T/big.json" '",".join(d["preferred"])')"
 BIG_T=$(json_get "$T/big.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
 SMALL_T=$(json_get "$T/small.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
-SPIN='["/opt/fracgpu/fracgpu-spin-client", "--seconds", "5", "--report", "-"]'
+SPIN='["/opt/fracgpu/fracgpu-spin-client", "--kernel-us", "5000", "--seconds", "5", "--report", "-"]'
 start_pod big "$SPIN" "$T/big.json"
 BIG_POD=$POD_ID BIG_APP=$APP_ID
 start_pod small "$SPIN" "$T/small.json"
@@ -538,9 +541,11 @@ a, b = busy('$T/busy0.json'), busy('$T/busy1.json')
 big, small = b[$big_pid] - a.get($big_pid, 0), b[$small_pid] - a.get($small_pid, 0)
 print(f'{big / (big + small):.3f} {big} {small}')") || fail "reading the device's busy time"
 read -r big_share big_us small_us <<<"$share"
-# 3 of 4 slices in use: 75 %. Loose bounds on a 2-core machine shared with other work.
-python3 -c "import sys; sys.exit(not 0.62 <= $big_share <= 0.88)" ||
-  fail "the 3-slice pod had $big_share of the device (${big_us} us to ${small_us} us), 0.75 expected (0.62..0.88)"
+# 3 of 4 slices in use: 75 %. Loose bounds on a 2-core machine shared with other work
+# (5 ms kernels: 0.754 at load average 3. With 1 ms kernels, 0.750 alone but 0.548 to 0.650
+# beside two compilers at load average 7: the launching processes then lack CPU.)
+python3 -c "import sys; sys.exit(not 0.60 <= $big_share <= 0.90)" ||
+  fail "the 3-slice pod had $big_share of the device (${big_us} us to ${small_us} us), 0.75 expected (0.60..0.90)"
 for app in "$BIG_APP" "$SMALL_APP"; do
   done_json=$("${CRI[@]}" wait "$app") || fail "a spin client did not end: $done_json"
   [[ $done_json == *'"exit_code":0'* ]] || fail "a spin client failed: $done_json"
