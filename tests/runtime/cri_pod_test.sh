@@ -64,7 +64,9 @@ step() {
   STEP=$*
   printf 'cri-pod: %3d s: %s\n' "$(($(date +%s) - start))" "$*"
 }
+FAILED=
 fail() {
+  FAILED=1
   printf 'cri-pod: FAIL: %s: %s\n' "$STEP" "$*" >&2
   exit 1
 }
@@ -116,7 +118,7 @@ cleanup() {
   local rc=$?
   set +e
   # A command that failed under set -e without fail(): name the step it failed in.
-  ((rc != 0)) && printf 'cri-pod: FAIL (exit %d) in: %s\n' "$rc" "$STEP" >&2
+  ((rc != 0)) && [[ -z $FAILED ]] && printf 'cri-pod: FAIL (exit %d) in: %s\n' "$rc" "$STEP" >&2
   [[ -n $BYPASS_PID ]] && kill "$BYPASS_PID" 2>/dev/null
   if [[ -n $CONTAINERD_PID ]] && kill -0 "$CONTAINERD_PID" 2>/dev/null; then
     for c in "${CONTAINERS[@]}"; do
@@ -603,6 +605,11 @@ step "10. the device plugin restarted between Allocate and the container's start
 allocate "$T/late.json" 2 --pre-start no
 LATE_T=$(json_get "$T/late.json" 'd["allocate"]["annotations"]["fracgpu.io/tenant"]')
 LATE_IDS=$(json_get "$T/late.json" '",".join(d["preferred"])')
+# The tenant's run directory (what the container will mount): a tenant deleted and made
+# again has a new one. The new plugin's PreStartContainer would make a missing tenant
+# again (shown by deleting it here by hand: the container still started capped), so
+# without this the step would not notice a restart that lost the tenant.
+late_dir_before=$(stat -c %i "$RUN_DIR/pods/$LATE_T") || fail "no run directory for $LATE_T"
 "${CRI[@]}" stop "$PLUGIN" 10 || fail "StopContainer device-plugin"
 "${CRI[@]}" rm "$PLUGIN" || fail "RemoveContainer device-plugin"
 rm -f "$PLUGIN_DIR/kubelet.sock"
@@ -614,6 +621,9 @@ node_container device-plugin
 PLUGIN=$NODE_ID
 wait "$KUBELET_PID" || fail "PreStartContainer on the restarted plugin: $(cat "$T/kubelet.log")"
 KUBELET_PID=
+late_dir_after=$(stat -c %i "$RUN_DIR/pods/$LATE_T") || fail "no run directory for $LATE_T"
+[[ $late_dir_after == "$late_dir_before" ]] ||
+  fail "tenant $LATE_T was made again across the plugin's restart (run directory inode $late_dir_before, now $late_dir_after)"
 start_pod late '["/opt/fracgpu/fracgpu-alloc-client", "hold", "--bytes", "'$GIB'"]' "$T/late.json"
 LATE_POD=$POD_ID LATE_APP=$APP_ID
 wait_holding late
@@ -621,4 +631,4 @@ late_limit=$(tenant_of "$LATE_T" "t['devices'][0]['memory_limit']")
 ((late_limit == CAPACITY * 2 / 8)) || fail "tenant $LATE_T's limit $late_limit is not 2/8 of $CAPACITY"
 capped "$LATE_APP" "$late_limit" "$GIB"
 delete_pod "$LATE_POD" "$LATE_APP"
-step "   tenant $LATE_T made before the restart served the container after it; $(($(date +%s) - T10)) s"
+step "   tenant $LATE_T (run directory inode $late_dir_before) made before the restart served the container after it; $(($(date +%s) - T10)) s"
