@@ -16,13 +16,22 @@
 // gRPC status and message) is one line on stderr and exit status 1; bad usage exits 2.
 //
 //   fracgpu-fake-kubelet --plugin-dir DIR --resource NAME --count K
-//                        [--registrations N] [--timeout-s S]
+//                        [--registrations N] [--timeout-s S] [--in-use ID,...]
+//                        [--pre-start yes|no|only:ID,...]
+// --in-use: slices other containers hold, left out of what GetPreferredAllocation is offered
+// (the kubelet's device manager offers only unallocated ones): two pods get disjoint slices.
+// --pre-start no: Allocate only, PreStartContainer left for a later run (the kubelet calls
+// it right before creating the container, which may be after the plugin restarted);
+// only:IDS: no ListAndWatch, no Allocate, just PreStartContainer for those IDs, printing
+// {"resource", "endpoint", "pre_started": [IDS]}.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "fake_kubelet.h"
 
@@ -36,14 +45,30 @@ struct Options {
   int count = 0;
   int registrations = 1;
   int timeout_s = 30;
+  std::vector<std::string> in_use;
+  std::string pre_start = "yes";           // yes | no | only
+  std::vector<std::string> pre_start_ids;  // only:
 };
+
+std::vector<std::string> split_ids(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (from <= text.size()) {
+    const std::size_t comma = text.find(',', from);
+    const std::string id = text.substr(from, comma == std::string::npos ? comma : comma - from);
+    if (!id.empty()) out.push_back(id);
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(
       stderr,
       "fracgpu-fake-kubelet: %s\n"
       "usage: fracgpu-fake-kubelet --plugin-dir DIR --resource NAME --count K [--registrations N] "
-      "[--timeout-s S]\n",
+      "[--timeout-s S] [--in-use ID,...] [--pre-start yes|no|only:ID,...]\n",
       why.c_str());
   std::exit(2);
 }
@@ -80,11 +105,23 @@ Options parse(int argc, char** argv) {
       o.registrations = positive(arg, value);
     } else if (arg == "--timeout-s") {
       o.timeout_s = positive(arg, value);
+    } else if (arg == "--in-use") {
+      o.in_use = split_ids(value);
+    } else if (arg == "--pre-start") {
+      const std::string v = value;
+      if (v == "yes" || v == "no") {
+        o.pre_start = v;
+      } else if (v.rfind("only:", 0) == 0 && !split_ids(v.substr(5)).empty()) {
+        o.pre_start = "only";
+        o.pre_start_ids = split_ids(v.substr(5));
+      } else {
+        usage("--pre-start needs yes, no or only:ID,...");
+      }
     } else {
       usage("unknown argument " + arg);
     }
   }
-  if (o.plugin_dir.empty() || o.resource.empty() || o.count == 0)
+  if (o.plugin_dir.empty() || o.resource.empty() || (o.count == 0 && o.pre_start != "only"))
     usage("--plugin-dir, --resource and --count are required");
   return o;
 }
@@ -152,6 +189,30 @@ int main(int argc, char** argv) {
   if (endpoint.empty())
     fail("no registration for resource " + o.resource + "; registered: " + registered);
   auto stub = kubelet.dial(endpoint);
+  // PreStartContainer with the container's IDs, as the kubelet calls it right before it
+  // creates the container (which the caller of this tool does next). Only to a plugin that
+  // asked for it at registration.
+  const auto pre_start_container = [&](const nlohmann::json& ids) {
+    if (!pre_start) return;
+    v1beta1::PreStartContainerRequest request;
+    for (const auto& id : ids) request.add_devices_ids(id.get<std::string>());
+    v1beta1::PreStartContainerResponse started;
+    grpc::ClientContext context;
+    context.set_deadline(rpc_deadline());
+    const grpc::Status status = stub->PreStartContainer(&context, request, &started);
+    if (!status.ok()) fail("PreStartContainer " + ids.dump() + " failed: " + describe(status));
+  };
+  if (o.pre_start == "only") {
+    if (!pre_start) fail("the plugin did not ask for PreStartContainer at registration");
+    const nlohmann::json ids = o.pre_start_ids;
+    pre_start_container(ids);
+    std::cout << nlohmann::json{{"resource", o.resource},
+                                {"endpoint", endpoint},
+                                {"pre_started", ids}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
 
   // The first ListAndWatch list: the slices the kubelet would know about.
   nlohmann::json devices = nlohmann::json::array();
@@ -163,7 +224,9 @@ int main(int argc, char** argv) {
     if (!stream->Read(&list))
       fail("ListAndWatch on " + endpoint + " ended before a list: " + describe(stream->Finish()));
     for (const auto& device : list.devices()) {
-      if (device.health() == "Healthy") devices.push_back(device.id());
+      if (device.health() == "Healthy" &&
+          std::find(o.in_use.begin(), o.in_use.end(), device.id()) == o.in_use.end())
+        devices.push_back(device.id());
     }
     context.TryCancel();
   }
@@ -206,19 +269,7 @@ int main(int argc, char** argv) {
     fail("Allocate answered " + std::to_string(response.container_responses_size()) +
          " containers, 1 asked");
   }
-  // A plugin that asked for it at registration gets PreStartContainer with the container's
-  // IDs, as the kubelet calls it right before it creates the container (which the caller
-  // of this tool does next).
-  if (pre_start) {
-    v1beta1::PreStartContainerRequest request;
-    for (const auto& id : preferred) request.add_devices_ids(id.get<std::string>());
-    v1beta1::PreStartContainerResponse started;
-    grpc::ClientContext context;
-    context.set_deadline(rpc_deadline());
-    const grpc::Status status = stub->PreStartContainer(&context, request, &started);
-    if (!status.ok())
-      fail("PreStartContainer " + preferred.dump() + " failed: " + describe(status));
-  }
+  if (o.pre_start == "yes") pre_start_container(preferred);
   const auto& container = response.container_responses(0);
   nlohmann::json mounts = nlohmann::json::array();
   for (const auto& m : container.mounts()) {

@@ -71,6 +71,38 @@ TEST_F(FakeKubeletCliTest, AllocatesThePreferredSlicesAndPrintsTheResponse) {
   }
 }
 
+// --in-use leaves slices other containers hold out of the offer (two pods get disjoint
+// slices, as the kubelet offers only unallocated ones); --pre-start no defers
+// PreStartContainer to a later run with only:IDS, as the kubelet calls it right before the
+// container's creation (the runtime test restarts the plugin in between).
+TEST_F(FakeKubeletCliTest, InUseSlicesAreLeftOutAndPreStartCanComeLater) {
+  const std::vector<std::string> common = {"--resource", "fracgpu.io/gpu-slice", "--registrations",
+                                           "2",          "--timeout-s",          "15"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return run_cli(args);
+  };
+  ProcessResult first = with({"--count", "2", "--pre-start", "no"});
+  ASSERT_EQ(first.exit_code, 0) << first.err << "\nplugin log:\n" << plugin_->err();
+  const auto a = nlohmann::json::parse(first.out)["preferred"];
+  ASSERT_EQ(a.size(), 2u);
+  const std::string in_use = a[0].get<std::string>() + "," + a[1].get<std::string>();
+  ProcessResult second = with({"--count", "2", "--in-use", in_use});
+  ASSERT_EQ(second.exit_code, 0) << second.err << "\nplugin log:\n" << plugin_->err();
+  const auto out = nlohmann::json::parse(second.out);
+  EXPECT_EQ(out["devices"].size(), 10u) << out.dump();  // 12 listed, 2 in use
+  for (const auto& id : out["preferred"]) {
+    EXPECT_NE(id, a[0]);
+    EXPECT_NE(id, a[1]);
+  }
+  ProcessResult later = with({"--pre-start", "only:" + in_use});
+  ASSERT_EQ(later.exit_code, 0) << later.err << "\nplugin log:\n" << plugin_->err();
+  EXPECT_EQ(nlohmann::json::parse(later.out)["pre_started"], a) << later.out;
+  EXPECT_NE(plugin_->err().find("PreStartContainer"), std::string::npos) << plugin_->err();
+  ProcessResult bad = run_cli({"--resource", "fracgpu.io/gpu-slice", "--pre-start", "only:"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
 TEST_F(FakeKubeletCliTest, FailuresAreOneLineAndANonZeroStatus) {
   ProcessResult none = run_cli({"--resource", "fracgpu.io/no-such", "--count", "1",
                                 "--registrations", "2", "--timeout-s", "15"});
