@@ -34,7 +34,9 @@
 #   ThreadSan.    1,377 CPU s (unity)        390–487 s (618–621 tests)
 #   Address+UB    2,107 CPU s (unity;         403 s (618 tests)
 #                 4,652 without)
-# The whole of .ci/run: docs/reliability.md ("Sanitizers").
+# With each job's labels as below (.ci/run on a fresh clone of 5ec1928, wall): ThreadSan.
+# built in 459 s, 729 tests in 102 s; Address+UB built in 965 s, 896 tests in 347 s.
+# The whole of .ci/run: docs/reliability.md ("CI's steps").
 #
 # Build type: Debug with -Og -g1, which the build's time decides: the sanitizer builds
 # compile everything on CI's 2 cores. -g1 (line tables) is all a report's stack needs
